@@ -1,0 +1,28 @@
+# The two commands of README.md. Each bootstraps what it needs (a venv in .venv, the
+# package with its C library, cached Kubernetes binaries) and is quick when warm.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
+
+.PHONY: demo test lint clean
+
+demo: $(STAMP)
+	$(VENV)/bin/fakegpu demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks
+	$(VENV)/bin/mypy
+
+$(STAMP): $(SOURCES)
+	@echo ">>> creating $(VENV) and installing fakegpu (editable) with test tools"
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --progress-bar on -q --upgrade pip
+	$(VENV)/bin/python -m pip install --progress-bar on -e '.[dev]'
+	@touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build *.egg-info fakegpu/nvml/lib

@@ -1,0 +1,5 @@
+import sys
+
+from fakegpu.cli import main
+
+sys.exit(main())

@@ -1,0 +1,63 @@
+"""The ``fakegpu`` command: a thin dispatcher over one module per concern.
+
+Each module in this package exposes ``register(subparsers)``, adding its commands with
+``set_defaults(func=...)``; a command function takes the parsed args and returns an exit code.
+Errors derived from FakegpuError are printed as one line; nothing prints a traceback unless -v.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from fakegpu import __version__
+from fakegpu.errors import EXIT_INTERRUPTED, EXIT_INVALID, FakegpuError
+
+from . import cluster, nvml, plugin, topology
+
+_MODULES = (topology, nvml, plugin, cluster)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fakegpu",
+        description="Fake GPU hardware (NVML) and a DRA test kit for Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"fakegpu {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INVALID
+    try:
+        return int(func(args) or 0)
+    except FakegpuError as err:
+        if args.verbose:
+            logging.getLogger("fakegpu").exception("command failed")
+        print(f"fakegpu: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("fakegpu: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    """Every command accepts -v after its name too (``fakegpu topology show -v F``)."""
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="debug logging")

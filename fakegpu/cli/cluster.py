@@ -1,0 +1,9 @@
+"""CLI commands for the cluster concern (filled in by its issue)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add this concern's commands to the top-level parser."""

@@ -1,0 +1,244 @@
+"""The validated, immutable model of a fake GPU cluster.
+
+Everything downstream (the NVML state renderer, the CLI, the cluster providers) reads these
+types and nothing else; the loader (``load.py``) is the only code that builds them from YAML.
+All identifiers here are already derived and deterministic: consumers never invent UUIDs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+# --- hardware catalog types (facts about real products, see catalog/*.yaml) -----------------
+
+
+@dataclass(frozen=True)
+class MigPlacement:
+    """A legal GPU-instance placement: memory/compute slice ``start`` spanning ``size`` slices."""
+
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class MigGpuInstanceProfile:
+    """One row of ``nvidia-smi mig -lgip`` with NVML's profile id."""
+
+    id: int  # NVML_GPU_INSTANCE_PROFILE_* value (0 = 1 slice, 1 = 2 slices, ... 9 = 1 slice + me ...)
+    name: str  # e.g. "1g.10gb", "1g.10gb+me"
+    instance_count: int  # how many fit on an empty GPU
+    slice_count: int  # compute slices (the "Ng")
+    memory_slices: int  # of the product's ``mig.memory_slices`` (8 on A100/H100/H200/B200)
+    memory_mib: int  # as NVML reports it in nvmlGpuInstanceProfileInfo.memorySizeMB
+    sm_count: int  # multiprocessorCount
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpegs: int
+    ofas: int
+    placements: tuple[MigPlacement, ...]  # nvmlDeviceGetGpuInstancePossiblePlacements_v2
+
+
+@dataclass(frozen=True)
+class MigCapability:
+    memory_slices: int  # 8
+    compute_slices: int  # 7
+    max_gpu_instances: int  # nvmlDeviceGetMaxMigDeviceCount
+    profiles: tuple[MigGpuInstanceProfile, ...]
+
+    def profile(self, name: str) -> MigGpuInstanceProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class NvLinkSpec:
+    generation: int  # NVML nvlink version: 3 for A100, 4 for Hopper, 5 for Blackwell
+    links_per_gpu: int
+    link_bandwidth_gbps: float  # GB/s per link, both directions together
+
+
+@dataclass(frozen=True)
+class Product:
+    """One GPU product as NVML describes it. Values cite ``sources`` in the catalog file."""
+
+    key: str  # catalog key, e.g. "H100-SXM5-80GB"
+    name: str  # nvmlDeviceGetName, e.g. "NVIDIA H100 80GB HBM3"
+    brand: str  # nvmlBrandType_t name without prefix, e.g. "NVIDIA" or "TESLA"
+    architecture: str  # "ampere" | "hopper" | "blackwell"
+    cuda_compute_capability: tuple[int, int]
+    memory_mib: int  # nvmlMemory_t.total / MiB
+    pci_device_id: int  # 16-bit device id, e.g. 0x2330 (vendor 0x10de implied)
+    pci_subsystem_id: int  # 32-bit nvmlPciInfo_t.pciSubSystemId
+    sm_count: int
+    board_part_number: str
+    nvlink: NvLinkSpec | None
+    mig: MigCapability | None
+    power_limit_mw: int
+    max_sm_clock_mhz: int
+    max_mem_clock_mhz: int
+    sources: tuple[str, ...] = ()
+    uncertain: tuple[str, ...] = ()  # names of fields whose value is not confirmed
+
+
+# --- the cluster -------------------------------------------------------------------------------
+
+
+class LinkState(str, Enum):
+    UP = "up"
+    DOWN = "down"
+
+
+class RemoteType(str, Enum):
+    GPU = "gpu"
+    SWITCH = "switch"
+
+
+@dataclass(frozen=True)
+class PciAddress:
+    domain: int
+    bus: int
+    device: int
+    function: int = 0
+
+    @property
+    def bus_id(self) -> str:
+        """NVML's busId form: 8-digit domain, e.g. ``00000000:18:00.0``."""
+        return f"{self.domain:08X}:{self.bus:02X}:{self.device:02X}.{self.function:X}"
+
+    @property
+    def bus_id_legacy(self) -> str:
+        """NVML's busIdLegacy form: 4-digit domain, e.g. ``0000:18:00.0``."""
+        return f"{self.domain:04X}:{self.bus:02X}:{self.device:02X}.{self.function:X}"
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int  # link index on this GPU
+    remote_type: RemoteType
+    remote_pci: PciAddress  # of the far GPU or NVSwitch
+    remote_node: str  # node the far end lives on (switch trays count as the GPU's own node)
+    remote_gpu_index: int | None  # NVML index of the far GPU on remote_node, if a GPU
+    state: LinkState = LinkState.UP
+
+
+@dataclass(frozen=True)
+class NvSwitch:
+    index: int
+    uuid: str
+    pci: PciAddress
+    links: int
+
+
+class FabricState(str, Enum):
+    """nvmlGpuFabricState_t."""
+
+    NOT_SUPPORTED = "not-supported"  # 0
+    NOT_STARTED = "not-started"  # 1
+    IN_PROGRESS = "in-progress"  # 2
+    COMPLETED = "completed"  # 3
+
+
+class FabricHealth(str, Enum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """Multi-node NVLink membership as nvmlDeviceGetGpuFabricInfoV reports it."""
+
+    cluster_uuid: str  # canonical UUID text
+    clique_id: int
+    state: FabricState = FabricState.COMPLETED
+    health: FabricHealth = FabricHealth.HEALTHY
+
+    @property
+    def clique(self) -> str:
+        """The ID NVIDIA's DRA driver publishes: ``<clusterUuid>.<cliqueId>``."""
+        return f"{self.cluster_uuid}.{self.clique_id}"
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A pre-created GPU instance (with one compute instance using all its slices)."""
+
+    profile: str  # profile name from the product's MIG table
+    placement_start: int  # resolved: the loader picks the first free placement if not given
+
+
+@dataclass(frozen=True)
+class Mig:
+    enabled: bool = False
+    instances: tuple[MigInstance, ...] = ()
+
+
+class FaultKind(str, Enum):
+    XID = "xid"  # value: the XID number
+    ECC_DBE = "ecc-dbe"
+    GPU_LOST = "gpu-lost"
+    NVLINK_DOWN = "nvlink-down"  # value: the link index
+    FABRIC_DEGRADED = "fabric-degraded"
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    value: int | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # NVML index (ordered by PCI bus id, as the real driver does)
+    minor: int  # /dev/nvidia<minor>
+    product: Product
+    uuid: str  # "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+    serial: str  # board serial; the two GPUs of a GB200 superchip share one
+    board_part_number: str
+    module_id: int  # 1-based position on the baseboard (nvmlDeviceGetModuleId)
+    pci: PciAddress
+    numa_node: int
+    nvlinks: tuple[NvLink, ...] = ()
+    fabric: GpuFabric | None = None
+    mig: Mig = field(default_factory=Mig)
+    faults: tuple[Fault, ...] = ()
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    index: int  # position in the cluster, 0-based
+    gpus: tuple[Gpu, ...]
+    nvswitches: tuple[NvSwitch, ...] = ()
+    system: str | None = None  # e.g. "DGX H100", "GB200 NVL72 compute tray"
+    numa_nodes: int = 1
+
+    def gpu(self, index: int) -> Gpu:
+        return self.gpus[index]
+
+
+@dataclass(frozen=True)
+class Driver:
+    version: str  # nvmlSystemGetDriverVersion, e.g. "580.95.05"
+    cuda_version: int  # nvmlSystemGetCudaDriverVersion_v2, e.g. 13000 for 13.0
+    nvml_version: str  # nvmlSystemGetNVMLVersion, e.g. "13.580.95.05"
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    seed: int
+    driver: Driver
+    nodes: tuple[Node, ...]
+    source: str = "<memory>"  # file it was loaded from
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)

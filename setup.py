@@ -1,0 +1,5 @@
+"""Build hooks live here; all metadata is in pyproject.toml."""
+
+from setuptools import setup
+
+setup()
