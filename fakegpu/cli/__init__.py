@@ -15,10 +15,6 @@ from collections.abc import Sequence
 from fakegpu import __version__
 from fakegpu.errors import EXIT_INTERRUPTED, EXIT_INVALID, FakegpuError
 
-from . import cluster, nvml, plugin, topology
-
-_MODULES = (topology, nvml, plugin, cluster)
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -28,7 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fakegpu {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _MODULES:
+    # Imported late: the command modules import add_verbose from this package.
+    from . import cluster, nvml, plugin, topology
+
+    for module in (topology, nvml, plugin, cluster):
         module.register(sub)
     return parser
 

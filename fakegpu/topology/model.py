@@ -8,8 +8,7 @@ All identifiers here are already derived and deterministic: consumers never inve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-
+from enum import StrEnum
 
 # --- hardware catalog types (facts about real products, see catalog/*.yaml) -----------------
 
@@ -26,7 +25,8 @@ class MigPlacement:
 class MigGpuInstanceProfile:
     """One row of ``nvidia-smi mig -lgip`` with NVML's profile id."""
 
-    id: int  # NVML_GPU_INSTANCE_PROFILE_* value (0 = 1 slice, 1 = 2 slices, ... 9 = 1 slice + me ...)
+    # NVML_GPU_INSTANCE_PROFILE_* value (0 = 1 slice, 1 = 2 slices, 7 = 1 slice + me, ...)
+    id: int
     name: str  # e.g. "1g.10gb", "1g.10gb+me"
     instance_count: int  # how many fit on an empty GPU
     slice_count: int  # compute slices (the "Ng")
@@ -39,6 +39,7 @@ class MigGpuInstanceProfile:
     jpegs: int
     ofas: int
     placements: tuple[MigPlacement, ...]  # nvmlDeviceGetGpuInstancePossiblePlacements_v2
+    smi_id: int | None = None  # the "ID" column of ``nvidia-smi mig -lgip`` (19, 20, 15, ...)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,19 @@ class NvLinkSpec:
     generation: int  # NVML nvlink version: 3 for A100, 4 for Hopper, 5 for Blackwell
     links_per_gpu: int
     link_bandwidth_gbps: float  # GB/s per link, both directions together
+
+
+@dataclass(frozen=True)
+class Baseboard:
+    """How a product is usually built into a node: PCI addresses, NUMA, switches."""
+
+    system: str  # e.g. "DGX H100"
+    pci: tuple[PciAddress, ...]  # per baseboard position, in NVML index order
+    numa: tuple[int, ...]  # NUMA node per position
+    gpus_per_board: int = 1  # GPUs sharing one board serial (2 on a GB200 superchip)
+    nvswitches: int = 0  # NVSwitch chips inside the node
+    nvswitch_pci: tuple[PciAddress, ...] = ()
+    fabric_switch_chips: int = 0  # off-node switch chips a fabric GPU links to (NVL72: 18)
 
 
 @dataclass(frozen=True)
@@ -80,17 +94,19 @@ class Product:
     max_mem_clock_mhz: int
     sources: tuple[str, ...] = ()
     uncertain: tuple[str, ...] = ()  # names of fields whose value is not confirmed
+    baseboard: Baseboard | None = None
+    multinode_nvlink: bool = False  # can join a multi-node NVLink fabric (clique)
 
 
 # --- the cluster -------------------------------------------------------------------------------
 
 
-class LinkState(str, Enum):
+class LinkState(StrEnum):
     UP = "up"
     DOWN = "down"
 
 
-class RemoteType(str, Enum):
+class RemoteType(StrEnum):
     GPU = "gpu"
     SWITCH = "switch"
 
@@ -131,7 +147,7 @@ class NvSwitch:
     links: int
 
 
-class FabricState(str, Enum):
+class FabricState(StrEnum):
     """nvmlGpuFabricState_t."""
 
     NOT_SUPPORTED = "not-supported"  # 0
@@ -140,7 +156,7 @@ class FabricState(str, Enum):
     COMPLETED = "completed"  # 3
 
 
-class FabricHealth(str, Enum):
+class FabricHealth(StrEnum):
     HEALTHY = "healthy"
     DEGRADED = "degraded"
 
@@ -174,7 +190,7 @@ class Mig:
     instances: tuple[MigInstance, ...] = ()
 
 
-class FaultKind(str, Enum):
+class FaultKind(StrEnum):
     XID = "xid"  # value: the XID number
     ECC_DBE = "ecc-dbe"
     GPU_LOST = "gpu-lost"
