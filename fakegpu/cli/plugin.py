@@ -1,9 +1,92 @@
-"""CLI commands for the plugin concern (filled in by its issue)."""
+"""``fakegpu plugin``: run the DRA kubelet plugin, print its DeviceClass manifests."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+
+from fakegpu.errors import EXIT_INVALID, InvalidInput
+
+from . import add_verbose
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
+    plugin = sub.add_parser("plugin", help="the DRA kubelet plugin for fake (or real) GPUs",
+                            description="The DRA kubelet plugin: NVML -> ResourceSlices, "
+                                        "kubelet prepare -> CDI specs.")
+    cmds = plugin.add_subparsers(dest="plugin_command", metavar="SUBCOMMAND")
+
+    run = cmds.add_parser(
+        "run", help="serve the kubelet on this node",
+        description="Register with the kubelet, publish this node's GPUs as ResourceSlices "
+                    "and prepare claims as CDI specs. Stops gracefully on SIGTERM: an instance "
+                    "that is the last of its driver on the node also deletes its slices.")
+    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                     help="this node's name, also the pool name (default: $NODE_NAME)")
+    run.add_argument("--driver-name", default=None,
+                     help="DRA driver name (default: gpu.fakegpu.dev, or gpu.nvidia.com "
+                          "with --nvidia-compatible)")
+    run.add_argument("--nvidia-compatible", action="store_true",
+                     help="act as NVIDIA's driver: name gpu.nvidia.com, so its DeviceClass "
+                          "and CEL selectors work unchanged")
+    run.add_argument("--kubeconfig", type=Path, default=None,
+                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+    run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
+                     help="the kubelet's root dir, holding plugins_registry/ and plugins/ "
+                          "(default: %(default)s)")
+    run.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
+                     help="where the container runtime reads CDI specs (default: %(default)s)")
+    run.add_argument("--instance-id", default=os.environ.get("POD_UID", ""),
+                     help="unique per instance (the pod UID): sockets get unique names so two "
+                          "instances serve during a rolling update (default: $POD_UID)")
+    run.add_argument("--state-dir", type=Path, default=None,
+                     help="shared checkpoint + lock dir (default: <kubelet-root>/plugins/<driver>)")
+    run.add_argument("--no-device-status", dest="write_status", action="store_false",
+                     help="do not write status.devices[].data on prepared claims")
+    run.add_argument("--no-slices", dest="publish_slices", action="store_false",
+                     help="do not publish ResourceSlices (another component does)")
+    run.add_argument("--rediscover-interval", type=float, default=10.0, metavar="SECONDS",
+                     help="how often NVML is re-read to republish changed devices "
+                          "(default: %(default)s)")
+    run.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
+                     help="on SIGTERM, how long in-flight calls may take to finish "
+                          "(default: %(default)s)")
+    add_verbose(run)
+    run.set_defaults(func=_run)
+
+    classes = cmds.add_parser("deviceclass", help="print the DeviceClass manifest (YAML)",
+                              description="Print the DeviceClass shipped with the plugin.")
+    classes.add_argument("--nvidia-compatible", action="store_true",
+                         help="the gpu.nvidia.com class instead of gpu.fakegpu.dev")
+    add_verbose(classes)
+    classes.set_defaults(func=_deviceclass)
+
+    def _usage(_args: argparse.Namespace) -> int:
+        plugin.print_help(sys.stderr)
+        return EXIT_INVALID
+
+    plugin.set_defaults(func=_usage)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fakegpu.plugin.run import DEFAULT_DRIVER, NVIDIA_DRIVER, Options, run
+
+    driver = args.driver_name or (NVIDIA_DRIVER if args.nvidia_compatible else DEFAULT_DRIVER)
+    if args.nvidia_compatible and driver != NVIDIA_DRIVER:
+        raise InvalidInput(f"--nvidia-compatible means driver {NVIDIA_DRIVER}, not {driver}")
+    return run(Options(
+        node_name=args.node_name, driver_name=driver, kubeconfig=args.kubeconfig,
+        kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
+        state_dir=args.state_dir, write_status=args.write_status,
+        publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
+        grace_period_s=args.grace_period))
+
+
+def _deviceclass(args: argparse.Namespace) -> int:
+    name = "deviceclass-nvidia.yaml" if args.nvidia_compatible else "deviceclass.yaml"
+    sys.stdout.write(resources.files("fakegpu.plugin").joinpath("manifests", name).read_text())
+    return 0

@@ -1,0 +1,141 @@
+"""The apiserver, through the official kubernetes client: version negotiation, claims, slices.
+
+Everything here may fail with ``KubeError`` (apiserver unreachable, forbidden, conflict);
+callers decide whether to retry (slices) or report it on the claim (prepare).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes import client, config
+
+from .slices import GROUP, VERSIONS
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 10.0
+
+
+class KubeError(Exception):
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status  # HTTP status, 0 when the apiserver was not reached
+
+
+def _wrap(what: str, err: Exception) -> KubeError:
+    status = int(getattr(err, "status", 0) or 0)
+    reason = getattr(err, "reason", None) or str(err).splitlines()[0]
+    return KubeError(f"{what}: {f'HTTP {status} ' if status else ''}{reason}", status)
+
+
+class Kube:
+    """A thread-safe handle on resource.k8s.io at the newest version both sides speak."""
+
+    def __init__(self, kubeconfig: Path | None) -> None:
+        self._kubeconfig = kubeconfig
+        self._lock = threading.Lock()
+        self._api: client.ApiClient | None = None
+        self._version: str | None = None
+
+    def _client(self) -> client.ApiClient:
+        with self._lock:
+            if self._api is None:
+                cfg = client.Configuration()
+                try:
+                    if self._kubeconfig is not None:
+                        config.load_kube_config(  # type: ignore[no-untyped-call]
+                            str(self._kubeconfig), client_configuration=cfg)
+                    else:  # a DaemonSet pod: its service account, else $KUBECONFIG / ~/.kube
+                        try:
+                            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                                client_configuration=cfg)
+                        except config.ConfigException:
+                            config.load_kube_config(  # type: ignore[no-untyped-call]
+                                client_configuration=cfg)
+                except Exception as err:
+                    raise _wrap("cannot load Kubernetes credentials", err) from err
+                self._api = client.ApiClient(cfg)
+            return self._api
+
+    def version(self) -> str:
+        """The newest resource.k8s.io version served (v1 > v1beta2 > v1beta1); cached once known."""
+        if self._version is not None:
+            return self._version
+        try:
+            groups = client.ApisApi(self._client()).get_api_versions(_request_timeout=TIMEOUT_S)
+        except KubeError:
+            raise
+        except Exception as err:
+            raise _wrap("cannot list API groups", err) from err
+        served = {v.version for g in groups.groups or [] if g.name == GROUP for v in g.versions}
+        for version in VERSIONS:
+            if version in served:
+                log.info("using %s/%s (served: %s)", GROUP, version, ",".join(sorted(served)))
+                self._version = version
+                return version
+        raise KubeError(f"the apiserver serves no usable {GROUP} version "
+                        f"(served: {sorted(served) or 'none'}; need one of {', '.join(VERSIONS)})")
+
+    def _objects(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self._client())
+
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            obj = self._objects().get_namespaced_custom_object(
+                GROUP, self.version(), namespace, "resourceclaims", name,
+                _request_timeout=TIMEOUT_S)
+        except KubeError:
+            raise
+        except Exception as err:
+            raise _wrap(f"cannot read ResourceClaim {namespace}/{name}", err) from err
+        return cast(dict[str, Any], obj)
+
+    def replace_claim_status(self, claim: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        try:
+            self._objects().replace_namespaced_custom_object_status(
+                GROUP, self.version(), meta["namespace"], "resourceclaims", meta["name"], claim,
+                _request_timeout=TIMEOUT_S)
+        except KubeError:
+            raise
+        except Exception as err:
+            raise _wrap(f"cannot update status of ResourceClaim {meta['name']}", err) from err
+
+    def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
+        try:
+            listed = self._objects().list_cluster_custom_object(
+                GROUP, self.version(), "resourceslices",
+                field_selector=f"spec.driver={driver},spec.nodeName={node}",
+                _request_timeout=TIMEOUT_S)
+        except KubeError:
+            raise
+        except Exception as err:
+            raise _wrap("cannot list ResourceSlices", err) from err
+        return [dict(i) for i in cast(dict[str, Any], listed).get("items") or []]
+
+    def create_slice(self, body: dict[str, Any]) -> None:
+        try:
+            self._objects().create_cluster_custom_object(
+                GROUP, self.version(), "resourceslices", body, _request_timeout=TIMEOUT_S)
+        except Exception as err:
+            raise _wrap(f"cannot create ResourceSlice {body['metadata']['name']}", err) from err
+
+    def replace_slice(self, body: dict[str, Any]) -> None:
+        try:
+            self._objects().replace_cluster_custom_object(
+                GROUP, self.version(), "resourceslices", body["metadata"]["name"], body,
+                _request_timeout=TIMEOUT_S)
+        except Exception as err:
+            raise _wrap(f"cannot replace ResourceSlice {body['metadata']['name']}", err) from err
+
+    def delete_slice(self, name: str) -> None:
+        try:
+            self._objects().delete_cluster_custom_object(
+                GROUP, self.version(), "resourceslices", name, _request_timeout=TIMEOUT_S)
+        except Exception as err:
+            if getattr(err, "status", 0) == 404:
+                return
+            raise _wrap(f"cannot delete ResourceSlice {name}", err) from err

@@ -1,0 +1,88 @@
+"""The pure core of NodePrepareResources: a ResourceClaim + our devices -> what to prepare.
+
+No I/O here: the driver reads the claim and the devices, calls ``plan_claim``, then writes
+the CDI spec and the checkpoint. The result depends only on its inputs, so preparing a claim
+twice yields the same answer (the checkpoint makes that hold even if the devices change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import cdi
+from .checkpoint import PreparedClaim, PreparedDevice
+from .discovery import Device
+
+
+class ClaimError(Exception):
+    """This claim cannot be prepared; the message goes into the claim's response error."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    request: str
+    device: Device
+    admin_access: bool
+    share_id: str = ""
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+
+    @property
+    def admin_access(self) -> bool:
+        return any(d.admin_access for d in self.devices)
+
+
+def plan_claim(claim: Mapping[str, Any], ref: ClaimRef, driver: str, node: str,
+               devices: Mapping[str, Device]) -> ClaimPlan:
+    """Pick this driver's results for this node from the claim's allocation. Raises ClaimError."""
+    meta = claim.get("metadata") or {}
+    if meta.get("uid") != ref.uid:
+        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} has UID {meta.get('uid')!r}, "
+                         f"not {ref.uid!r} (it was deleted and recreated)")
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not allocation:
+        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} is not allocated")
+    results = [r for r in (allocation.get("devices") or {}).get("results") or []
+               if r.get("driver") == driver]
+    if not results:
+        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} has no devices "
+                         f"allocated by driver {driver}")
+    allocated: list[AllocatedDevice] = []
+    for result in results:
+        pool, name = result.get("pool"), result.get("device")
+        if pool != node:
+            raise ClaimError(f"device {pool}/{name} of ResourceClaim {ref.namespace}/{ref.name} "
+                             f"is allocated on another node (pool {pool!r}, this node {node!r})")
+        device = devices.get(str(name))
+        if device is None:
+            raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} names unknown device "
+                             f"{name!r} on node {node}")
+        allocated.append(AllocatedDevice(
+            request=str(result.get("request", "")), device=device,
+            admin_access=bool(result.get("adminAccess")),
+            share_id=str(result.get("shareID") or "")))
+    return ClaimPlan(ref=ref, devices=tuple(allocated))
+
+
+def prepared_claim(plan: ClaimPlan, driver: str, node: str, instance: str) -> PreparedClaim:
+    """The kubelet's answer for a plan: one entry per allocated device, with its CDI id."""
+    return PreparedClaim(
+        uid=plan.ref.uid, namespace=plan.ref.namespace, name=plan.ref.name,
+        devices=tuple(PreparedDevice(
+            request_names=(d.request,), pool_name=node, device_name=d.device.name,
+            cdi_device_ids=(cdi.device_id(driver, plan.ref.uid, d.device.name),),
+            share_id=d.share_id) for d in plan.devices),
+        cdi_spec=cdi.spec_filename(driver, plan.ref.uid), instance=instance)

@@ -1,0 +1,95 @@
+"""``fakegpu plugin run``: wire discovery, the apiserver, the driver and the gRPC servers.
+
+Shutdown on SIGTERM/SIGINT: unregister (remove the registration socket), finish in-flight
+calls, remove our sockets; then delete the node's slices only if no other instance of this
+driver still serves here (during a rolling update the new instance keeps them).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from fakegpu.errors import InvalidInput
+
+from . import discovery
+from .driver import Devices, Driver, DriverConfig
+from .kube import Kube
+from .publish import SlicePublisher
+from .server import PluginServers, SocketPaths, socket_alive, socket_paths
+
+log = logging.getLogger(__name__)
+DEFAULT_DRIVER = "gpu.fakegpu.dev"
+NVIDIA_DRIVER = "gpu.nvidia.com"
+
+
+@dataclass(frozen=True)
+class Options:
+    node_name: str
+    driver_name: str
+    kubeconfig: Path | None
+    kubelet_root: Path
+    cdi_root: Path
+    instance_id: str = ""
+    state_dir: Path | None = None
+    write_status: bool = True
+    publish_slices: bool = True
+    rediscover_interval_s: float = 10.0
+    grace_period_s: float = 30.0
+    workers: int = 8
+
+
+def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
+    registry = kubelet_root / "plugins_registry"
+    candidates = {*registry.glob(f"{driver}-reg.sock"), *registry.glob(f"{driver}-*-reg.sock")}
+    return any(p != own.registration and socket_alive(p) for p in candidates)
+
+
+def run(opts: Options, stop: threading.Event | None = None) -> int:
+    if not opts.node_name:
+        raise InvalidInput("--node-name is required (or set NODE_NAME)")
+    try:
+        paths = socket_paths(opts.kubelet_root, opts.driver_name, opts.instance_id)
+    except ValueError as err:
+        raise InvalidInput(str(err)) from err
+    state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
+    devices = Devices(discovery.discover)
+    inventory = devices.current()  # fail at start, loudly, without NVML
+    log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
+             len(inventory.devices), ",".join(d.name for d in inventory.devices))
+    kube = Kube(opts.kubeconfig)
+    driver = Driver(DriverConfig(driver=opts.driver_name, node=opts.node_name,
+                                 state_dir=state_dir, cdi_root=opts.cdi_root,
+                                 instance=opts.instance_id, write_status=opts.write_status),
+                    kube, devices)
+    publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
+                               opts.rediscover_interval_s)
+    if opts.publish_slices:
+        publisher.start()
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    servers = PluginServers(driver, paths, opts.workers)
+    log.info("serving driver=%s node=%s registration=%s dra=%s state=%s",
+             opts.driver_name, opts.node_name, paths.registration, paths.dra, state_dir)
+    stop.wait()
+    servers.stop(opts.grace_period_s)
+    publisher.stop()
+    if opts.publish_slices:
+        if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
+            log.info("another instance serves driver=%s: leaving ResourceSlices in place",
+                     opts.driver_name)
+        else:
+            publisher.cleanup()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,196 @@
+"""The kubelet-facing gRPC servers: registration, and the DRA service in v1 and v1beta1.
+
+Thin adapters: protobuf <-> ``driver.Driver`` calls. Handlers are thread-safe because the
+driver is (file lock + checkpoint reload per call). A malformed request is INVALID_ARGUMENT;
+a claim that cannot be prepared is that claim's error string, never a failed call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from .driver import Driver
+from .prepare import ClaimRef
+from .proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
+
+log = logging.getLogger(__name__)
+
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the NUL
+# Short service names, preferred first: the kubelet takes the first it supports.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+_DRA_SERVICES = {"v1": ("k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin", dra_v1_pb2),
+                 "v1beta1": ("k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin", dra_v1beta1_pb2)}
+
+
+@dataclass(frozen=True)
+class SocketPaths:
+    registration: Path
+    dra: Path
+
+
+def socket_paths(kubelet_root: Path, driver: str, instance_id: str = "") -> SocketPaths:
+    """Where the kubelet looks: one pair per instance, so two instances can serve at once.
+
+    An instance id too long for a unix socket path is replaced by a hash of itself: stable,
+    so a restarted instance finds its own sockets again.
+    """
+    def paths(suffix: str) -> SocketPaths:
+        return SocketPaths(
+            Path(kubelet_root, "plugins_registry", f"{driver}{suffix}-reg.sock"),
+            Path(kubelet_root, "plugins", driver, f"dra{suffix}.sock"))
+
+    if not instance_id:
+        chosen = paths("")
+    else:
+        chosen = paths(f"-{instance_id}")
+        longest = max(len(os.fsencode(p)) for p in (chosen.registration, chosen.dra))
+        if longest > MAX_SOCKET_PATH:
+            digest = hashlib.sha256(instance_id.encode()).hexdigest()
+            keep = max(8, len(instance_id) - (longest - MAX_SOCKET_PATH))
+            chosen = paths(f"-{digest[:min(keep, len(digest))]}")
+    for path in (chosen.registration, chosen.dra):
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            raise ValueError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes; "
+                             "use a shorter --kubelet-root or driver name")
+    return chosen
+
+
+def socket_alive(path: Path) -> bool:
+    """True when something accepts connections on the unix socket (a live plugin instance)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+class RegistrationService:
+    def __init__(self, driver_name: str, endpoint: Path) -> None:
+        self.driver_name = driver_name
+        self.endpoint = endpoint
+        self.registered: bool | None = None  # what the kubelet last told us
+
+    def get_info(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return pluginregistration_pb2.PluginInfo(
+            type="DRAPlugin", name=self.driver_name, endpoint=str(self.endpoint),
+            supported_versions=list(SUPPORTED_VERSIONS))
+
+    def notify(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.registered = bool(request.plugin_registered)
+        if request.plugin_registered:
+            log.info("kubelet registered the plugin driver=%s", self.driver_name)
+        else:
+            log.error("kubelet refused the plugin driver=%s error=%s",
+                      self.driver_name, request.error)
+        return pluginregistration_pb2.RegistrationStatusResponse()
+
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        return grpc.method_handlers_generic_handler("pluginregistration.Registration", {
+            "GetInfo": grpc.unary_unary_rpc_method_handler(
+                self.get_info,
+                request_deserializer=pluginregistration_pb2.InfoRequest.FromString,
+                response_serializer=pluginregistration_pb2.PluginInfo.SerializeToString),
+            "NotifyRegistrationStatus": grpc.unary_unary_rpc_method_handler(
+                self.notify,
+                request_deserializer=pluginregistration_pb2.RegistrationStatus.FromString,
+                response_serializer=pluginregistration_pb2.RegistrationStatusResponse
+                .SerializeToString),
+        })
+
+
+def _refs(request: Any, context: grpc.ServicerContext) -> list[ClaimRef]:
+    refs = [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in request.claims]
+    bad = [r for r in refs if not (r.uid and r.name and r.namespace)]
+    if bad:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                      f"every claim needs namespace, name and uid; got {bad[0]}")
+    if len({r.uid for r in refs}) != len(refs):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a claim UID appears twice")
+    return refs
+
+
+def dra_handler(driver: Driver, version: str) -> grpc.GenericRpcHandler[Any, Any]:
+    """The DRAPlugin service of one API version; both versions share the driver."""
+    service, pb = _DRA_SERVICES[version]
+
+    def prepare(request: Any, context: grpc.ServicerContext) -> Any:
+        results = driver.prepare(_refs(request, context))
+        response = pb.NodePrepareResourcesResponse()
+        for uid, result in results.items():
+            entry = response.claims[uid]
+            if result.error or result.claim is None:
+                entry.error = result.error or "not prepared"
+                continue
+            for dev in result.claim.devices:
+                out = entry.devices.add(request_names=list(dev.request_names),
+                                        pool_name=dev.pool_name, device_name=dev.device_name,
+                                        cdi_device_ids=list(dev.cdi_device_ids))
+                if dev.share_id and version == "v1":  # share_id exists only in v1
+                    out.share_id = dev.share_id
+        return response
+
+    def unprepare(request: Any, context: grpc.ServicerContext) -> Any:
+        response = pb.NodeUnprepareResourcesResponse()
+        for uid, error in driver.unprepare(_refs(request, context)).items():
+            response.claims[uid].error = error
+        return response
+
+    def unary(fn: Callable[[Any, grpc.ServicerContext], Any], req: Any,
+              resp: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=req.FromString, response_serializer=resp.SerializeToString)
+
+    return grpc.method_handlers_generic_handler(service, {
+        "NodePrepareResources": unary(prepare, pb.NodePrepareResourcesRequest,
+                                      pb.NodePrepareResourcesResponse),
+        "NodeUnprepareResources": unary(unprepare, pb.NodeUnprepareResourcesRequest,
+                                        pb.NodeUnprepareResourcesResponse),
+    })
+
+
+def _listen(handlers: list[grpc.GenericRpcHandler[Any, Any]], path: Path,
+            workers: int) -> grpc.Server:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # our own name: a leftover from a crash of this instance
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers,
+                                                    thread_name_prefix=path.stem))
+    server.add_generic_rpc_handlers(tuple(handlers))
+    if server.add_insecure_port(f"unix://{path}") == 0:
+        raise OSError(f"cannot listen on {path}")
+    server.start()
+    return server
+
+
+class PluginServers:
+    """Both servers of one instance. Start DRA first: registration announces its endpoint."""
+
+    def __init__(self, driver: Driver, paths: SocketPaths, workers: int = 8) -> None:
+        self.paths = paths
+        self.registration = RegistrationService(driver.cfg.driver, paths.dra)
+        self._dra = _listen([dra_handler(driver, "v1"), dra_handler(driver, "v1beta1")],
+                            paths.dra, workers)
+        try:
+            self._reg = _listen([self.registration.handler()], paths.registration, 2)
+        except BaseException:
+            self._dra.stop(0)
+            raise
+
+    def stop(self, grace_s: float) -> None:
+        """Stop accepting, let in-flight calls finish (up to grace_s), remove our sockets."""
+        reg_done = self._reg.stop(0)  # the kubelet stops routing to us first
+        self.paths.registration.unlink(missing_ok=True)
+        self._dra.stop(grace_s).wait()
+        reg_done.wait()
+        self.paths.dra.unlink(missing_ok=True)

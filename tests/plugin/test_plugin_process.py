@@ -1,0 +1,220 @@
+"""``fakegpu plugin run`` as real processes, on the fake libnvidia-ml.so.1, against a real
+kube-apiserver; the test plays the kubelet over the plugin's unix sockets.
+
+Skips LOUDLY (with the reason) while the fake NVML library or the Kubernetes binaries are not
+available on this host: these tests are the plugin's end-to-end proof.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from fakegpu.plugin.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2,
+    pluginregistration_pb2_grpc,
+)
+
+pytestmark = pytest.mark.integration
+DRIVER = "gpu.fakegpu.dev"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    try:
+        from fakegpu.cluster import binaries
+        from fakegpu.cluster.controlplane import ControlPlane
+    except ImportError as err:
+        pytest.skip(f"no kube-apiserver: fakegpu.cluster is not importable ({err})")
+    bins = binaries.cached(binaries.resolve_version(None))
+    if bins is None:
+        pytest.skip("no kube-apiserver: Kubernetes binaries are not built yet "
+                    "(fakegpu.cluster.binaries.ensure() builds them)")
+    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+        yield cp.kubeconfig
+
+
+@pytest.fixture(scope="module")
+def nvml_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str]:
+    try:
+        from fakegpu.nvml import env as nvml
+        from fakegpu.nvml import state
+        from fakegpu.topology.load import load_topology
+    except ImportError as err:
+        pytest.skip(f"no fake NVML: fakegpu.nvml / fakegpu.topology not ready ({err})")
+    if not any(Path(nvml.libdir()).glob("libnvidia-ml.so.1")):
+        pytest.skip(f"no fake NVML: libnvidia-ml.so.1 not built in {nvml.libdir()}")
+    topology = load_topology(REPO / "fixtures" / "dgx-h100.yaml")
+    node = topology.nodes[0].name
+    path = tmp_path_factory.mktemp("nvml") / "state.bin"
+    env = dict(os.environ)
+    if hasattr(state, "render") and hasattr(nvml, "env"):  # the documented contract
+        state.render(topology, node, path)
+        env.update(nvml.env(path))
+    else:  # until that contract lands: the same state file, the same variables
+        state.write_atomic(path, state.render_bytes(topology, topology.nodes[0]))
+        env["FAKEGPU_NVML_STATE"] = str(path)
+        env["LD_LIBRARY_PATH"] = f"{nvml.libdir()}:{env.get('LD_LIBRARY_PATH', '')}"
+    return env, node
+
+
+def test_serves_the_kubelet_while_the_apiserver_is_unreachable(
+        short_tmp: Path, nvml_env: tuple[dict[str, str], str]) -> None:
+    env, node = nvml_env
+    kubeconfig = short_tmp / "kubeconfig"
+    kubeconfig.write_text(  # a port nothing listens on
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    inst = Instance(short_tmp, kubeconfig, env, node, "solo")
+    try:
+        time.sleep(2)  # let the publisher fail and back off
+        with grpc.insecure_channel(f"unix://{inst.dra}") as ch:
+            r = dra_v1_pb2_grpc.DRAPluginStub(ch).NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=[
+                    dra_v1_pb2.Claim(namespace="t", name="c", uid="u1")]), timeout=30)
+        assert "cannot" in r.claims["u1"].error  # that claim's error, not a failed call
+        with grpc.insecure_channel(f"unix://{inst.reg}") as ch:
+            info = pluginregistration_pb2_grpc.RegistrationStub(ch).GetInfo(
+                pluginregistration_pb2.InfoRequest(), timeout=5)
+        assert info.name == DRIVER
+        inst.proc.send_signal(signal.SIGTERM)
+        assert inst.proc.wait(30) == 0
+        assert not inst.reg.exists() and not inst.dra.exists()
+        log = (short_tmp / "solo.log").read_text()
+        assert "cannot publish ResourceSlices" in log
+    finally:
+        if inst.proc.poll() is None:
+            inst.proc.kill()
+            inst.proc.wait()
+        inst.log.close()
+
+
+class Instance:
+    def __init__(self, root: Path, kubeconfig: Path, env: dict[str, str], node: str,
+                 instance_id: str) -> None:
+        self.id = instance_id
+        self.reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{instance_id}-reg.sock"
+        self.dra = root / "kubelet" / "plugins" / DRIVER / f"dra-{instance_id}.sock"
+        self.log = (root / f"{instance_id}.log").open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
+             "--driver-name", DRIVER, "--kubeconfig", str(kubeconfig),
+             "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
+             "--instance-id", instance_id, "--rediscover-interval", "1", "--grace-period", "5"],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: self.reg.exists() and self.dra.exists(), f"{instance_id} sockets",
+                 self.proc)
+
+
+def wait_for(cond: Callable[[], Any], what: str, proc: subprocess.Popen[bytes] | None = None,
+             timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"plugin exited ({proc.returncode}) while waiting for {what}")
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_instances_on_fake_gpus_and_real_apiserver(
+        short_tmp: Path, apiserver: Path, nvml_env: tuple[dict[str, str], str]) -> None:
+    from kubernetes import client, config
+
+    env, node = nvml_env
+    api = config.new_client_from_config(str(apiserver))
+    objects = client.CustomObjectsApi(api)
+    first = Instance(short_tmp, apiserver, env, node, "pod-1")
+    second = Instance(short_tmp, apiserver, env, node, "pod-2")
+    try:
+        # The kubelet's side of registration.
+        for inst in (first, second):
+            with grpc.insecure_channel(f"unix://{inst.reg}") as ch:
+                stub = pluginregistration_pb2_grpc.RegistrationStub(ch)
+                info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=5)
+                assert info.endpoint == str(inst.dra)
+                assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+                stub.NotifyRegistrationStatus(
+                    pluginregistration_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
+
+        def slices() -> list[dict[str, Any]]:
+            got = objects.list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceslices",
+                field_selector=f"spec.driver={DRIVER},spec.nodeName={node}")
+            return list(got["items"])
+
+        published = wait_for(slices, "ResourceSlices")
+        devices = [d for s in published for d in s["spec"]["devices"]]
+        assert devices and all(d["name"].startswith("gpu-") for d in devices)
+        assert devices[0]["attributes"]["productName"]["string"]
+
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "t"}})
+        uids = []
+        for i in range(6):
+            body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": f"c{i}"},
+                    "spec": {"devices": {"requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": DRIVER}}]}}}
+            made = objects.create_namespaced_custom_object("resource.k8s.io", "v1", "t",
+                                                           "resourceclaims", body)
+            made["status"] = {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": DRIVER, "pool": node,
+                 "device": devices[i % len(devices)]["name"]}]}}}
+            objects.replace_namespaced_custom_object_status(
+                "resource.k8s.io", "v1", "t", "resourceclaims", f"c{i}", made)
+            uids.append(made["metadata"]["uid"])
+
+        v1 = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{first.dra}"))
+        beta = dra_v1beta1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{second.dra}"))
+        answers = {}
+        for i in range(3):  # prepared by the first instance (v1)
+            r = v1.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[
+                dra_v1_pb2.Claim(namespace="t", name=f"c{i}", uid=uids[i])]), timeout=10)
+            assert r.claims[uids[i]].error == ""
+            answers[uids[i]] = [list(d.cdi_device_ids) for d in r.claims[uids[i]].devices]
+        first.proc.send_signal(signal.SIGKILL)  # killed mid-stream: no goodbye at all
+        first.proc.wait(10)
+        for i in range(6):  # the survivor answers for all, v1beta1
+            r = beta.NodePrepareResources(dra_v1beta1_pb2.NodePrepareResourcesRequest(claims=[
+                dra_v1beta1_pb2.Claim(namespace="t", name=f"c{i}", uid=uids[i])]), timeout=10)
+            assert r.claims[uids[i]].error == ""
+            ids = [list(d.cdi_device_ids) for d in r.claims[uids[i]].devices]
+            assert answers.setdefault(uids[i], ids) == ids
+            assert (short_tmp / "cdi" / f"gpu_fakegpu_dev-claim_{uids[i]}.json").exists()
+        claim0 = objects.get_namespaced_custom_object("resource.k8s.io", "v1", "t",
+                                                      "resourceclaims", "c0")
+        assert claim0["status"]["devices"][0]["data"]["uuid"].startswith(("GPU-", "MIG-"))
+        r = beta.NodeUnprepareResources(dra_v1beta1_pb2.NodeUnprepareResourcesRequest(claims=[
+            dra_v1beta1_pb2.Claim(namespace="t", name=f"c{i}", uid=u)
+            for i, u in enumerate(uids)]), timeout=10)
+        assert all(c.error == "" for c in r.claims.values())
+        assert list((short_tmp / "cdi").glob("*.json")) == []
+        # The last instance leaving cleans up the node's slices.
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.proc.wait(30) == 0
+        assert not second.reg.exists() and not second.dra.exists()
+        assert slices() == []
+    finally:
+        for inst in (first, second):
+            if inst.proc.poll() is None:
+                inst.proc.kill()
+                inst.proc.wait()
+            inst.log.close()
