@@ -1,9 +1,155 @@
-"""CLI commands for the nvml concern (filled in by its issue)."""
+"""``fakegpu nvml env|libdir|render``, ``fakegpu fault inject|clear`` and ``fakegpu smi``."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from fakegpu.errors import EXIT_INVALID, EXIT_OK, InvalidInput
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
+    from fakegpu.cli import add_verbose
+
+    nvml = sub.add_parser("nvml", help="the fake libnvidia-ml.so.1 and its per-node state",
+                          description="Point NVML clients at a fake node.")
+    add_verbose(nvml)
+    cmds = nvml.add_subparsers(dest="nvml_command", metavar="COMMAND")
+    nvml.set_defaults(func=lambda _a: _usage(nvml))
+
+    env = cmds.add_parser("env", help="print shell exports that make NVML see one node",
+                          description='Use as: eval "$(fakegpu nvml env --topology F --node N)". '
+                                      "Renders the node's state file if it does not exist.")
+    _node_args(env)
+    env.add_argument("--fresh", action="store_true", help="re-render the state file")
+    add_verbose(env)
+    env.set_defaults(func=_env)
+
+    libdir = cmds.add_parser("libdir", help="print the directory holding libnvidia-ml.so.1")
+    add_verbose(libdir)
+    libdir.set_defaults(func=_libdir)
+
+    render = cmds.add_parser("render", help="render a node's state file (replacing it)")
+    _node_args(render)
+    add_verbose(render)
+    render.set_defaults(func=_render)
+
+    fault = sub.add_parser("fault", help="inject or clear GPU faults at run time",
+                           description="Inject or clear faults on a fake node's GPUs; every "
+                                       "NVML client on the node sees them at once.")
+    add_verbose(fault)
+    fcmds = fault.add_subparsers(dest="fault_command", metavar="COMMAND")
+    fault.set_defaults(func=lambda _a: _usage(fault))
+    kinds = "xid VALUE | ecc-dbe | gpu-lost | nvlink-down LINK | fabric-degraded"
+    inject = fcmds.add_parser("inject", help=f"inject a fault: {kinds}")
+    _node_args(inject)
+    inject.add_argument("--gpu", type=int, required=True, metavar="INDEX")
+    inject.add_argument("kind", metavar="KIND", help=kinds)
+    inject.add_argument("value", nargs="?", type=int, metavar="VALUE")
+    add_verbose(inject)
+    inject.set_defaults(func=_inject)
+    clear = fcmds.add_parser("clear", help="clear one kind of fault, or all of a GPU's faults")
+    _node_args(clear)
+    clear.add_argument("--gpu", type=int, required=True, metavar="INDEX")
+    clear.add_argument("kind", nargs="?", metavar="KIND")
+    clear.add_argument("value", nargs="?", type=int, metavar="VALUE")
+    add_verbose(clear)
+    clear.set_defaults(func=_clear)
+
+    smi = sub.add_parser("smi", help="an nvidia-smi-like view of a node, read through NVML",
+                         description="List GPUs, MIG devices and the NVLink matrix as NVML "
+                                     "reports them (default: $FAKEGPU_NVML_STATE).")
+    _node_args(smi, required=False)
+    add_verbose(smi)
+    smi.set_defaults(func=_smi)
+
+
+def _node_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--topology", metavar="FILE", help="topology YAML")
+    parser.add_argument("--node", metavar="NAME", help="node name (default: the only node)")
+    parser.add_argument("--state", metavar="PATH",
+                        help="state file (with --topology: where to render it)")
+    parser.set_defaults(_node_required=required)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_INVALID
+
+
+def _state_path(args: argparse.Namespace, *, render: bool = True, fresh: bool = False) -> Path:
+    """The state file the arguments name, rendering it from the topology when needed."""
+    from fakegpu.nvml import env
+    from fakegpu.topology.load import load_topology
+
+    if args.topology:
+        topology = load_topology(args.topology)
+        node = args.node
+        if node is None:
+            if len(topology.nodes) != 1:
+                names = ", ".join(n.name for n in topology.nodes)
+                raise InvalidInput(f"--node is required: {args.topology} has nodes {names}")
+            node = topology.nodes[0].name
+        if not render:
+            return Path(args.state) if args.state else env.state_path(topology, node)
+        return env.ensure_state(topology, node, args.state, fresh=fresh)
+    if args.node:
+        raise InvalidInput("--node needs --topology")
+    if args.state:
+        return Path(args.state)
+    if not args._node_required and os.environ.get(env.STATE_ENV):
+        return Path(os.environ[env.STATE_ENV])
+    raise InvalidInput("give --topology FILE --node NAME, or --state PATH")
+
+
+def _env(args: argparse.Namespace) -> int:
+    from fakegpu.nvml import env
+
+    path = _state_path(args, fresh=args.fresh)
+    for key, value in env.env(path).items():
+        print(f"export {key}={shlex.quote(value)}")
+    return EXIT_OK
+
+
+def _libdir(_args: argparse.Namespace) -> int:
+    from fakegpu.nvml import env
+
+    print(env.libdir())
+    return EXIT_OK
+
+
+def _render(args: argparse.Namespace) -> int:
+    print(_state_path(args, fresh=True))
+    return EXIT_OK
+
+
+def _existing_state(args: argparse.Namespace) -> Path:
+    path = _state_path(args)
+    if not path.is_file():
+        raise InvalidInput(f"no state file at {path}")
+    return path
+
+
+def _inject(args: argparse.Namespace) -> int:
+    from fakegpu.nvml import faults
+
+    faults.inject(_existing_state(args), args.gpu, args.kind, args.value)
+    return EXIT_OK
+
+
+def _clear(args: argparse.Namespace) -> int:
+    from fakegpu.nvml import faults
+
+    faults.clear(_existing_state(args), args.gpu, args.kind, args.value)
+    return EXIT_OK
+
+
+def _smi(args: argparse.Namespace) -> int:
+    from fakegpu.nvml import smi
+
+    sys.stdout.write(smi.view(_existing_state(args)))
+    return EXIT_OK

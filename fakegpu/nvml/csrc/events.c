@@ -1,0 +1,137 @@
+/* Event sets: waiting processes follow the event ring in the mapped state file, so an event
+ * posted by any process (fault injection) reaches every waiter on the node. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "fakegpu.h"
+
+#define FG_MAX_EVENT_SETS 64u
+#define FG_SUPPORTED_EVENTS                                                                  \
+    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState |  \
+     nvmlEventTypeXidCriticalError | nvmlEventTypeClock)
+
+struct nvmlEventSet_st {
+    int used;
+    uint64_t cursor;                   /* next event_seq to look at */
+    unsigned long long mask[FGS_MAX_GPUS];
+};
+
+static struct nvmlEventSet_st sets[FG_MAX_EVENT_SETS];
+static pthread_mutex_t sets_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+/* caller holds sets_mutex */
+static struct nvmlEventSet_st *set_of(nvmlEventSet_t set)
+{
+    uintptr_t u = (uintptr_t)set, b = (uintptr_t)sets;
+    if (u < b || u >= b + sizeof(sets) || (u - b) % sizeof(sets[0]) != 0) return NULL;
+    return set->used ? set : NULL;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    FG_CHECK_INIT();
+    FG_CHECK_PTR(set);
+    nvmlReturn_t rc = NVML_ERROR_MEMORY;
+    pthread_mutex_lock(&sets_mutex);
+    for (uint32_t i = 0; i < FG_MAX_EVENT_SETS; i++) {
+        if (sets[i].used) continue;
+        memset(&sets[i], 0, sizeof(sets[i]));
+        sets[i].used = 1;
+        sets[i].cursor = fg_store_is_open() ? fg_event_seq() : 0;
+        *set = &sets[i];
+        rc = NVML_SUCCESS;
+        break;
+    }
+    pthread_mutex_unlock(&sets_mutex);
+    return rc;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    FG_CHECK_INIT();
+    pthread_mutex_lock(&sets_mutex);
+    struct nvmlEventSet_st *s = set_of(set);
+    if (s != NULL) s->used = 0;
+    pthread_mutex_unlock(&sets_mutex);
+    return s != NULL ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
+{
+    FG_DEVICE(device, ref, eventTypes);
+    *eventTypes = FG_SUPPORTED_EVENTS;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set)
+{
+    FG_CHECK_INIT();
+    struct fg_ref ref;
+    FG_TRY(fg_device(device, &ref));
+    if (ref.is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    if (eventTypes & ~(unsigned long long)FG_SUPPORTED_EVENTS) return NVML_ERROR_NOT_SUPPORTED;
+    pthread_mutex_lock(&sets_mutex);
+    struct nvmlEventSet_st *s = set_of(set);
+    if (s != NULL) s->mask[ref.gpu] |= eventTypes;
+    pthread_mutex_unlock(&sets_mutex);
+    return s != NULL ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* one pass over newly posted events: 1 and *data filled if one matches */
+static nvmlReturn_t poll_once(nvmlEventSet_t set, nvmlEventData_t *data, int *found)
+{
+    *found = 0;
+    pthread_mutex_lock(&sets_mutex);
+    struct nvmlEventSet_st *s = set_of(set);
+    if (s == NULL) {
+        pthread_mutex_unlock(&sets_mutex);
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    uint64_t head = fg_event_seq();
+    if (head - s->cursor > FGS_EVENT_RING) s->cursor = head - FGS_EVENT_RING; /* lost old ones */
+    while (s->cursor < head && !*found) {
+        struct fgs_event ev;
+        int valid = fg_event_at(s->cursor, &ev);
+        s->cursor++;
+        if (!valid || ev.gpu >= fg_gpu_count || !(s->mask[ev.gpu] & ev.event_type)) continue;
+        data->device = fg_device_handle(ev.gpu);
+        data->eventType = ev.event_type;
+        data->eventData = ev.event_data;
+        data->gpuInstanceId = ev.gpu_instance_id;
+        data->computeInstanceId = ev.compute_instance_id;
+        *found = 1;
+    }
+    pthread_mutex_unlock(&sets_mutex);
+    return NVML_SUCCESS;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    FG_CHECK_INIT();
+    FG_CHECK_PTR(data);
+    if (!fg_store_is_open()) return NVML_ERROR_TIMEOUT;
+    uint64_t deadline = now_ms() + timeoutms;
+    for (;;) {
+        int found;
+        FG_TRY(poll_once(set, data, &found));
+        if (found) return NVML_SUCCESS;
+        if (now_ms() >= deadline) return NVML_ERROR_TIMEOUT;
+        struct timespec ts = {0, 500000}; /* 0.5 ms */
+        nanosleep(&ts, NULL);
+    }
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}

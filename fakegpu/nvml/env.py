@@ -1,0 +1,117 @@
+"""Where the library and the state files live, and the environment that points NVML at them.
+
+Read at call time, never at import time. ``libdir()`` builds the library when it is missing
+(or older than its sources in a source checkout): into the package's lib/ when writable, else
+into the user cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from fakegpu import paths
+from fakegpu.errors import InvalidInput, MissingPrerequisite
+from fakegpu.topology.model import Topology
+
+from . import state
+
+LIBNAME = "libnvidia-ml.so.1"
+STATE_ENV = "FAKEGPU_NVML_STATE"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_LIB = PACKAGE_DIR / "lib"
+
+
+def _sources() -> list[Path]:
+    csrc = PACKAGE_DIR / "csrc"
+    return [*csrc.glob("*.c"), *csrc.glob("*.h"), *csrc.glob("*.map"),
+            PACKAGE_DIR / "gen_stubs.py", PACKAGE_DIR / "build.py"]
+
+
+def _stale(lib: Path) -> bool:
+    if not lib.is_file():
+        return True
+    # only a source checkout rebuilds stale libraries; an installed package keeps its own
+    if not (PACKAGE_DIR.parent.parent / ".git").exists():
+        return False
+    built = lib.stat().st_mtime
+    return any(src.stat().st_mtime > built for src in _sources() if src.exists())
+
+
+def _build_into(target: Path) -> Path:
+    from . import build  # stdlib-only module, imported lazily
+
+    target.mkdir(parents=True, exist_ok=True)
+    lock_path = Path(tempfile.gettempdir()) / f"fakegpu-nvml-build-{os.getuid()}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lib = target / LIBNAME
+        if _stale(lib):
+            try:
+                build.build_library(target)
+            except build.BuildError as err:
+                raise MissingPrerequisite(f"cannot build {LIBNAME}: {err}") from None
+    return target
+
+
+def libdir() -> Path:
+    """The directory holding libnvidia-ml.so.1, building the library if needed."""
+    if not _stale(PACKAGE_LIB / LIBNAME):
+        return PACKAGE_LIB
+    if os.access(PACKAGE_DIR, os.W_OK):
+        try:
+            return _build_into(PACKAGE_LIB)
+        except PermissionError:
+            pass
+    digest = hashlib.sha256()
+    for src in sorted(_sources()):
+        if src.exists():
+            digest.update(src.read_bytes())
+    return _build_into(paths.cache_dir() / "nvml" / digest.hexdigest()[:16])
+
+
+def library_path() -> Path:
+    return libdir() / LIBNAME
+
+
+def runtime_dir() -> Path:
+    """Base for state files: $XDG_RUNTIME_DIR/fakegpu or /tmp/fakegpu-<uid>."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
+        return Path(xdg) / "fakegpu"
+    return Path("/tmp") / f"fakegpu-{os.getuid()}"
+
+
+def state_dir(topology: Topology) -> Path:
+    """One directory per topology (name + a hash of where it came from)."""
+    tag = hashlib.sha256(f"{topology.source}\0{topology.name}".encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology.name)
+    return runtime_dir() / "nvml" / f"{safe}-{tag}"
+
+
+def state_path(topology: Topology, node: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
+    return state_dir(topology) / f"{safe}.state"
+
+
+def ensure_state(topology: Topology, node: str, path: str | Path | None = None,
+                 *, fresh: bool = False) -> Path:
+    """The node's state file, rendered if it does not exist yet (or ``fresh``)."""
+    target = Path(path) if path is not None else state_path(topology, node)
+    if fresh or not target.exists():
+        state.render(topology, node, target)
+    return target
+
+
+def env(state_path: str | Path) -> dict[str, str]:
+    """The variables a process needs to see the node: library first on the loader path."""
+    path = Path(state_path).resolve()
+    if not path.is_file():
+        raise InvalidInput(f"no NVML state file at {path}")
+    lib = str(libdir())
+    old = os.environ.get("LD_LIBRARY_PATH", "")
+    parts = [lib, *(p for p in old.split(":") if p and p != lib)]
+    return {"LD_LIBRARY_PATH": ":".join(parts), STATE_ENV: str(path)}

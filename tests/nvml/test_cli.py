@@ -1,0 +1,118 @@
+"""The CLI contract: nvml env / libdir, fault inject / clear, smi (read through NVML)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from fakegpu.nvml import state as st
+from fakegpu.topology.model import PciAddress
+
+from .conftest import FIXTURES, py_json, topology
+
+pytestmark = pytest.mark.integration
+
+
+def fakegpu(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fakegpu", *args], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+
+
+def test_env_eval_then_pynvml(tmp_path: Path) -> None:
+    topo = topology("gb200-mini")
+    node = topo.nodes[2]
+    state = tmp_path / "n2.state"
+    script = (f'eval "$({sys.executable} -m fakegpu nvml env --topology {FIXTURES}/gb200-mini.yaml '
+              f'--node {node.name} --state {state})"; {sys.executable} -c '
+              '"import pynvml as n; n.nvmlInit(); '
+              'print([n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(i)) '
+              'for i in range(n.nvmlDeviceGetCount())])"')
+    environ = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH",
+                                                                "FAKEGPU_NVML_STATE")}
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                         env=environ, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([g.uuid for g in node.gpus])
+    assert state.is_file()
+
+
+def test_env_default_state_dir(tmp_path: Path) -> None:
+    environ = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path))
+    out = fakegpu("nvml", "env", "--topology", str(FIXTURES / "dgx-a100.yaml"), env=environ)
+    assert out.returncode == 0, out.stderr
+    exports = dict(line.removeprefix("export ").split("=", 1) for line in out.stdout.splitlines())
+    assert Path(exports["FAKEGPU_NVML_STATE"]).is_relative_to(tmp_path / "fakegpu")
+    assert (Path(exports["LD_LIBRARY_PATH"].split(":")[0]) / "libnvidia-ml.so.1").is_file()
+
+
+def test_libdir() -> None:
+    out = fakegpu("nvml", "libdir")
+    assert out.returncode == 0
+    assert (Path(out.stdout.strip()) / "libnvidia-ml.so.1").is_file()
+
+
+def test_bad_arguments_one_line() -> None:
+    out = fakegpu("nvml", "env", "--topology", str(FIXTURES / "gb200-mini.yaml"))
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    out = fakegpu("nvml", "env", "--topology", str(FIXTURES / "dgx-a100.yaml"), "--node", "nope")
+    assert out.returncode == 2 and "nope" in out.stderr
+
+
+def test_fault_cli_and_smi(tmp_path: Path) -> None:
+    topo = topology("dgx-h100")
+    node = topo.nodes[0]
+    state = tmp_path / "h.state"
+    base = ["--topology", str(FIXTURES / "dgx-h100.yaml"), "--node", node.name,
+            "--state", str(state)]
+    assert fakegpu("fault", "inject", *base, "--gpu", "1", "gpu-lost").returncode == 0
+    assert fakegpu("fault", "inject", "--state", str(state), "--gpu", "2", "nvlink-down",
+                   "0").returncode == 0
+    bad = fakegpu("fault", "inject", "--state", str(state), "--gpu", "2", "xid")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    smi = fakegpu("smi", "--state", str(state))
+    assert smi.returncode == 0, smi.stderr
+    for gpu in node.gpus:
+        if gpu.index != 1:
+            assert gpu.uuid in smi.stdout and gpu.pci.bus_id in smi.stdout
+    assert node.gpus[1].uuid not in smi.stdout and "GPU is lost" in smi.stdout
+    assert "GPU2: 17/18 links up" in smi.stdout
+    assert fakegpu("fault", "clear", "--state", str(state), "--gpu", "1").returncode == 0
+    assert node.gpus[1].uuid in fakegpu("smi", "--state", str(state)).stdout
+
+
+def test_smi_shows_mig_devices(tmp_path: Path) -> None:
+    topo = topology("mixed")
+    node = next(n for n in topo.nodes if any(g.mig.instances for g in n.gpus))
+    out = fakegpu("smi", "--topology", str(FIXTURES / "mixed.yaml"), "--node", node.name,
+                  "--state", str(tmp_path / "m.state"))
+    assert out.returncode == 0, out.stderr
+    for gpu in node.gpus:
+        for inst in gpu.mig.instances:
+            assert inst.profile in out.stdout
+    assert "MIG devices:" in out.stdout
+
+
+def test_seventy_two_gpus_on_one_node(tmp_path: Path) -> None:
+    """No 8-GPU cap: one node with 72 GPUs, all visible and addressable."""
+    # The loader caps real systems at 16 GPUs per node; the library must not care.
+    base = topology("dgx-h100")
+    node = base.nodes[0]
+    gpus = tuple(
+        replace(node.gpus[i % 8], index=i, minor=i, uuid=f"GPU-{i:08x}-0000-4000-8000-{i:012x}",
+                pci=PciAddress(i // 64, 0x10 + i % 64, 0, 0), nvlinks=())
+        for i in range(72))
+    topo = replace(base, nodes=(replace(node, name="big", gpus=gpus),))
+
+    path = st.render(topo, topo.nodes[0], tmp_path / "big.state")
+    got = py_json(path, """
+import json, pynvml as n
+n.nvmlInit()
+print(json.dumps([n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(i))
+                  for i in range(n.nvmlDeviceGetCount())]))
+""")
+    assert got == [g.uuid for g in topo.nodes[0].gpus] and len(got) == 72

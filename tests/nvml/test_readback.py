@@ -1,0 +1,134 @@
+"""Every fixture's GPUs read back through the real pynvml exactly as the topology says."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakegpu.nvml import state
+from fakegpu.topology.load import load_topology
+from fakegpu.topology.model import LinkState, RemoteType, Topology
+
+from .conftest import FIXTURE_FILES, py_json
+
+# One interpreter per fixture walks every node: re-init with another FAKEGPU_NVML_STATE.
+PROBE = """
+import json, os, sys
+import pynvml as n
+out = []
+for path in json.loads(sys.argv[1] if len(sys.argv) > 1 else os.environ["PROBE_STATES"]):
+    os.environ["FAKEGPU_NVML_STATE"] = path
+    n.nvmlInit()
+    node = {"driver": n.nvmlSystemGetDriverVersion(), "cuda": n.nvmlSystemGetCudaDriverVersion_v2(),
+            "gpus": []}
+    for i in range(n.nvmlDeviceGetCount()):
+        h = n.nvmlDeviceGetHandleByIndex(i)
+        pci = n.nvmlDeviceGetPciInfo_v3(h)
+        mem = n.nvmlDeviceGetMemoryInfo(h)
+        g = {"index": n.nvmlDeviceGetIndex(h), "minor": n.nvmlDeviceGetMinorNumber(h),
+             "name": n.nvmlDeviceGetName(h), "uuid": n.nvmlDeviceGetUUID(h),
+             "serial": n.nvmlDeviceGetSerial(h), "module": n.nvmlDeviceGetModuleId(h),
+             "part": n.nvmlDeviceGetBoardPartNumber(h), "arch": n.nvmlDeviceGetArchitecture(h),
+             "cc": list(n.nvmlDeviceGetCudaComputeCapability(h)), "brand": n.nvmlDeviceGetBrand(h),
+             "mem_total": mem.total,
+             "busId": pci.busId, "busIdLegacy": pci.busIdLegacy, "domain": pci.domain,
+             "bus": pci.bus, "device": pci.device, "pciDeviceId": pci.pciDeviceId,
+             "byUuid": n.nvmlDeviceGetIndex(n.nvmlDeviceGetHandleByUUID(n.nvmlDeviceGetUUID(h))),
+             "byPci": n.nvmlDeviceGetIndex(n.nvmlDeviceGetHandleByPciBusId(pci.busId)),
+             "links": []}
+        for link in range(n.NVML_NVLINK_MAX_LINKS):
+            try:
+                active = n.nvmlDeviceGetNvLinkState(h, link)
+            except n.NVMLError_NotSupported:
+                continue
+            rp = n.nvmlDeviceGetNvLinkRemotePciInfo(h, link)
+            g["links"].append({"link": link, "active": active, "remote": rp.busId,
+                               "type": n.nvmlDeviceGetNvLinkRemoteDeviceType(h, link),
+                               "version": n.nvmlDeviceGetNvLinkVersion(h, link)})
+        try:
+            f = n.c_nvmlGpuFabricInfo_v2_t()
+            n.nvmlDeviceGetGpuFabricInfoV(h, n.byref(f))
+            g["fabric"] = [bytes(f.clusterUuid).hex(), f.cliqueId, f.state]
+        except n.NVMLError_NotSupported:
+            g["fabric"] = None
+        try:
+            g["mig"] = list(n.nvmlDeviceGetMigMode(h))
+        except n.NVMLError_NotSupported:
+            g["mig"] = None
+        node["gpus"].append(g)
+    n.nvmlShutdown()
+    out.append(node)
+print(json.dumps(out))
+"""
+
+ARCH = {"ampere": 7, "hopper": 9, "blackwell": 10}
+
+
+def _expected_link(topo: Topology, node_name: str, link: Any) -> dict[str, Any]:
+    return {"link": link.link, "active": int(link.state is LinkState.UP),
+            "remote": link.remote_pci.bus_id,
+            "type": 0 if link.remote_type is RemoteType.GPU else 2}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fixture", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_fixture_reads_back(fixture: Path, tmp_path: Path) -> None:
+    topo = load_topology(fixture)
+    paths = [str(state.render(topo, n, tmp_path / f"{n.name}.state")) for n in topo.nodes]
+    got = py_json(paths[0], PROBE, extra_env={"PROBE_STATES": json.dumps(paths)}, timeout=120)
+    assert len(got) == len(topo.nodes)
+    for node, seen in zip(topo.nodes, got, strict=True):
+        assert seen["driver"] == topo.driver.version
+        assert seen["cuda"] == topo.driver.cuda_version
+        assert len(seen["gpus"]) == len(node.gpus)
+        for gpu, g in zip(node.gpus, seen["gpus"], strict=True):
+            p = gpu.product
+            assert g["index"] == gpu.index == g["byUuid"] == g["byPci"]
+            assert g["minor"] == gpu.minor
+            assert g["name"] == p.name
+            assert g["uuid"] == gpu.uuid
+            assert g["serial"] == gpu.serial
+            assert g["module"] == gpu.module_id
+            assert g["part"] == gpu.board_part_number
+            assert g["arch"] == ARCH[p.architecture]
+            assert tuple(g["cc"]) == p.cuda_compute_capability
+            assert g["mem_total"] == p.memory_mib * 1024 * 1024
+            assert g["busId"] == gpu.pci.bus_id
+            assert g["busIdLegacy"] == gpu.pci.bus_id_legacy
+            assert (g["domain"], g["bus"], g["device"]) == (gpu.pci.domain, gpu.pci.bus,
+                                                            gpu.pci.device)
+            assert g["pciDeviceId"] == (p.pci_device_id << 16) | 0x10DE
+            expected_links = [_expected_link(topo, node.name, link)
+                              for link in sorted(gpu.nvlinks, key=lambda k: k.link)]
+            assert [{k: v for k, v in link.items() if k != "version"} for link in g["links"]] \
+                == expected_links
+            if p.nvlink is not None:
+                assert {link["version"] for link in g["links"]} <= {p.nvlink.generation}
+            if gpu.fabric is None:
+                assert g["fabric"] is None
+            else:
+                assert g["fabric"] == [uuid.UUID(gpu.fabric.cluster_uuid).bytes.hex(),
+                                       gpu.fabric.clique_id, 3 if gpu.fabric.state.value ==
+                                       "completed" else g["fabric"][2]]
+            if p.mig is None:
+                assert g["mig"] is None
+            else:
+                assert g["mig"] == [int(gpu.mig.enabled)] * 2
+
+
+@pytest.mark.integration
+def test_remote_gpu_peers_resolve(tmp_path: Path) -> None:
+    """Links to GPUs name a GPU that exists with that PCI address (fabric or direct)."""
+    for fixture in FIXTURE_FILES:
+        topo = load_topology(fixture)
+        for node in topo.nodes:
+            for gpu in node.gpus:
+                for link in gpu.nvlinks:
+                    if link.remote_type is RemoteType.GPU:
+                        assert link.remote_gpu_index is not None
+                        peer = topo.node(link.remote_node).gpu(link.remote_gpu_index)
+                        assert peer.pci == link.remote_pci
