@@ -10,8 +10,12 @@ SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fa
 demo: $(STAMP)
 	$(VENV)/bin/fakegpu demo
 
+# JUnit XML for CI (reports/ is ignored by git); e2e failure diagnostics land beside it.
+# The cluster binaries are built first (cold: ~20 min on 2 cores, with progress), so no test
+# ever finds them missing; warm, this is a cache lookup.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/fakegpu cluster binaries
+	$(VENV)/bin/python -m pytest --junitxml=reports/junit.xml $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks

@@ -50,8 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--no-slices", dest="publish_slices", action="store_false",
                      help="do not publish ResourceSlices (another component does)")
     run.add_argument("--rediscover-interval", type=float, default=10.0, metavar="SECONDS",
-                     help="how often NVML is re-read to republish changed devices "
-                          "(default: %(default)s)")
+                     help="how often NVML is re-read to republish changed devices, e.g. "
+                          "after MIG reconfiguration; XID/ECC/GPU-lost events republish at "
+                          "once (default: %(default)s)")
     run.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
                      help="on SIGTERM, how long in-flight calls may take to finish "
                           "(default: %(default)s)")

@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 
 from . import cdi, checkpoint
 from .checkpoint import CheckpointError, PreparedClaim
-from .discovery import Inventory
+from .discovery import Inventory, carry_lost
 from .prepare import ClaimError, ClaimPlan, ClaimRef, plan_claim, prepared_claim
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,9 @@ class Devices:
     def refresh(self) -> Inventory:
         fresh = self._discover()
         with self._lock:
-            self._current = fresh
-        return fresh
+            # A GPU lost since the last look keeps its last known devices, marked lost.
+            self._current = carry_lost(self._current, fresh)
+            return self._current
 
 
 class Driver:

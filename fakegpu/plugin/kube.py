@@ -116,20 +116,24 @@ class Kube:
             raise _wrap("cannot list ResourceSlices", err) from err
         return [dict(i) for i in cast(dict[str, Any], listed).get("items") or []]
 
-    def create_slice(self, body: dict[str, Any]) -> None:
+    def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create; returns the object as stored (fields the apiserver dropped are missing)."""
         try:
-            self._objects().create_cluster_custom_object(
+            made = self._objects().create_cluster_custom_object(
                 GROUP, self.version(), "resourceslices", body, _request_timeout=TIMEOUT_S)
         except Exception as err:
             raise _wrap(f"cannot create ResourceSlice {body['metadata']['name']}", err) from err
+        return cast(dict[str, Any], made)
 
-    def replace_slice(self, body: dict[str, Any]) -> None:
+    def replace_slice(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Replace; returns the object as stored."""
         try:
-            self._objects().replace_cluster_custom_object(
+            stored = self._objects().replace_cluster_custom_object(
                 GROUP, self.version(), "resourceslices", body["metadata"]["name"], body,
                 _request_timeout=TIMEOUT_S)
         except Exception as err:
             raise _wrap(f"cannot replace ResourceSlice {body['metadata']['name']}", err) from err
+        return cast(dict[str, Any], stored)
 
     def delete_slice(self, name: str) -> None:
         try:

@@ -3,59 +3,134 @@
 Stateless like the rest: the desired slices are compared with the published ones, and only
 a difference bumps the pool generation. Two instances publishing the same devices therefore
 agree, and a restarted instance changes nothing.
+
+Taints: an XID/ECC taint, once published, is kept by every instance for as long as the device
+(same name, same UUID) is there, even by one that never saw the event: the apiserver is the
+record of health, so two instances never undo each other's taints (and never flap).
+``gpu-lost`` is not sticky: it follows what NVML answers now. An apiserver that drops taints
+(DRADeviceTaints off) is detected from what it stores; unhealthy devices are then left out.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from . import slices
+from .discovery import Inventory
 from .driver import Devices
-from .kube import Kube, KubeError
+from .kube import KubeError
+from .slices import Taint
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
 
 
+class SliceApi(Protocol):
+    def version(self) -> str: ...
+    def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
+    def create_slice(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def replace_slice(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def delete_slice(self, name: str) -> None: ...
+
+
+def sticky_taints(driver: str, inventory: Inventory,
+                  existing: Sequence[Mapping[str, Any]]) -> dict[str, list[Taint]]:
+    """Device name -> the taints of this driver already published on that same device. Pure."""
+    uuids = {d.name: d.uuid for d in inventory.devices}
+    lost_key = f"{driver}/{slices.TAINT_GPU_LOST}"
+    out: dict[str, list[Taint]] = {}
+    for obj in existing:
+        for entry in obj["spec"].get("devices") or []:
+            name = entry.get("name", "")
+            if name not in uuids or slices.device_uuid(entry) != uuids[name]:
+                continue  # gone, or another device under the same name (MIG reconfigured)
+            kept = [{k: v for k, v in t.items() if k in ("key", "value", "effect")}
+                    for t in slices.device_taints(entry)
+                    if t.get("key", "").startswith(f"{driver}/") and t.get("key") != lost_key]
+            if kept:
+                out[name] = kept
+    return out
+
+
+def merge_taints(*sources: Mapping[str, Sequence[Taint]]) -> dict[str, list[Taint]]:
+    """Union by device and taint key; a later source's value wins for the same key."""
+    out: dict[str, dict[str, Taint]] = {}
+    for source in sources:
+        for name, taints in source.items():
+            for t in taints:
+                out.setdefault(name, {})[t["key"]] = dict(t)
+    return {name: list(by_key.values()) for name, by_key in out.items()}
+
+
+def _kept_taints(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
+    """False when we sent taints and the apiserver stored none (its taint gate is off)."""
+    have = {e.get("name"): e for e in stored.get("spec", {}).get("devices") or []}
+    return all(slices.device_taints(have.get(e["name"], {}))
+               for e in sent["spec"]["devices"] if slices.device_taints(e))
+
+
 class SlicePublisher:
-    def __init__(self, kube: Kube, devices: Devices, driver: str, node: str,
-                 interval_s: float = 10.0) -> None:
+    def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
+                 interval_s: float = 10.0,
+                 health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None
+                 ) -> None:
         self._kube, self._devices = kube, devices
         self._driver, self._node, self._interval = driver, node, interval_s
+        self._health = health or (lambda _inventory: {})
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="slice-publisher", daemon=True)
         self.synced = threading.Event()  # set after the first successful publish
+        self.use_taints = True  # until the apiserver shows it drops them
 
     def sync(self) -> bool:
         """Publish if needed; True when something changed. Raises KubeError."""
         version = self._kube.version()
         inventory = self._devices.refresh()
         existing = self._kube.list_slices(self._driver, self._node)
-        desired = slices.build_slices(self._driver, self._node, inventory, version, 0)
+        taints = merge_taints(sticky_taints(self._driver, inventory, existing),
+                              self._health(inventory))
+
+        def build(generation: int) -> list[dict[str, Any]]:
+            return slices.build_slices(self._driver, self._node, inventory, version, generation,
+                                       taints, self.use_taints)
+
+        desired = build(0)
         if slices.same_devices(existing, desired):
             return False
         generation = 1 + max((int(o["spec"]["pool"].get("generation") or 0) for o in existing),
                              default=0)
-        desired = slices.build_slices(self._driver, self._node, inventory, version, generation)
+        desired = build(generation)
         by_name: dict[str, dict[str, Any]] = {o["metadata"]["name"]: o for o in existing}
+        dropped = False
         for body in desired:
             old = by_name.pop(body["metadata"]["name"], None)
             if old is None:
-                self._kube.create_slice(body)
+                stored = self._kube.create_slice(body)
             else:
                 body["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
-                self._kube.replace_slice(body)
+                stored = self._kube.replace_slice(body)
+            dropped = dropped or not _kept_taints(body, stored)
         for stale in by_name:
             self._kube.delete_slice(stale)
-        log.info("published ResourceSlices driver=%s pool=%s generation=%d devices=%d version=%s",
-                 self._driver, self._node, generation, len(inventory.devices), version)
+        log.info("published ResourceSlices driver=%s pool=%s generation=%d devices=%d "
+                 "tainted=%s version=%s", self._driver, self._node, generation,
+                 sum(len(o["spec"]["devices"]) for o in desired),
+                 ",".join(sorted(taints)) or "none", version)
+        if dropped:
+            log.warning("the apiserver drops device taints (DRADeviceTaints off?): "
+                        "leaving unhealthy devices out of the pool instead")
+            self.use_taints = False
+            self.poke()
         return True
 
     def _loop(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
+            self._wake.clear()
             try:
                 self.sync()
                 self.synced.set()
@@ -64,13 +139,19 @@ class SlicePublisher:
             except (KubeError, Exception) as err:  # keep serving the kubelet whatever happens
                 log.warning("cannot publish ResourceSlices (retry in %.0fs): %s", backoff, err)
                 wait, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
-            self._stop.wait(wait)
+            # Periodic rediscovery is the fallback; an NVML event wakes us at once.
+            self._wake.wait(wait)
+
+    def poke(self) -> None:
+        """Resync now (a device changed): called from the NVML event thread."""
+        self._wake.set()
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=30)
 
     def cleanup(self, attempts: int = 3) -> bool:

@@ -18,6 +18,7 @@ from fakegpu.errors import InvalidInput
 
 from . import discovery
 from .driver import Devices, Driver, DriverConfig
+from .health import EventWatcher, Health
 from .kube import Kube
 from .publish import SlicePublisher
 from .server import PluginServers, SocketPaths, socket_alive, socket_paths
@@ -66,9 +67,14 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status),
                     kube, devices)
+    health = Health(opts.driver_name)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
-                               opts.rediscover_interval_s)
+                               opts.rediscover_interval_s, health=health.taints)
+    # Events wake the publisher at once; rediscovery every interval catches what NVML sends
+    # no event for (MIG reconfiguration, a GPU that answers again).
+    watcher = EventWatcher(health, devices.current, publisher.poke)
     if opts.publish_slices:
+        watcher.start()
         publisher.start()
     stop = stop or threading.Event()
 
@@ -85,6 +91,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     stop.wait()
     servers.stop(opts.grace_period_s)
     publisher.stop()
+    if opts.publish_slices:
+        watcher.stop()
     if opts.publish_slices:
         if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
             log.info("another instance serves driver=%s: leaving ResourceSlices in place",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .discovery import Device, Inventory
@@ -18,7 +18,22 @@ GROUP = "resource.k8s.io"
 # Newest first: the plugin publishes with the first one the apiserver serves.
 VERSIONS = ("v1", "v1beta2", "v1beta1")
 MAX_DEVICES_PER_SLICE = 128
+MAX_TAINTED_DEVICES_PER_SLICE = 64  # the apiserver's limit once any device has taints (1.35+)
 OWN_DOMAIN = "fakegpu.dev"
+# Taint keys, under the driver's own name as NVIDIA's driver does (gpu.nvidia.com/xid).
+TAINT_GPU_LOST = "gpu-lost"
+TAINT_XID = "xid"
+TAINT_ECC = "ecc"  # fakegpu's: NVIDIA's driver ignores ECC events (see docs/plugin.md)
+Taint = dict[str, str]  # {"key", "value"?, "effect"}; timeAdded is left to the apiserver
+
+
+def taint(driver: str, name: str, value: str = "", effect: str = "NoSchedule") -> Taint:
+    """A device taint keyed ``<driver>/<name>``.
+
+    NoSchedule: keep new claims off the device but leave running pods alone; evicting them
+    (NoExecute) is an operator's decision, taken with a DeviceTaintRule.
+    """
+    return {"key": f"{driver}/{name}", **({"value": value} if value else {}), "effect": effect}
 
 
 def semver(text: str) -> str:
@@ -54,6 +69,9 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
     if device.type == "mig":
         attrs["parentUUID"] = {"string": device.parent_uuid}
         attrs["profile"] = {"string": device.profile}
+        if device.mig is not None:
+            attrs[f"{OWN_DOMAIN}/gpuInstance"] = {"int": device.mig.gi_id}
+            attrs[f"{OWN_DOMAIN}/computeInstance"] = {"int": device.mig.ci_id}
     if device.clique_id:
         attrs[f"{OWN_DOMAIN}/cliqueID"] = {"string": device.clique_id}
     if device.fabric:
@@ -61,12 +79,42 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
     return attrs
 
 
-def device_entry(device: Device, inventory: Inventory, version: str) -> dict[str, Any]:
-    attributes = device_attributes(device, inventory)
+def device_capacity(device: Device) -> dict[str, dict[str, str]]:
+    """``memory``; a MIG device adds NVIDIA's engine counts and one ``memorySlice<i>`` per
+    memory slice its GPU instance spans (what lets CEL tell overlapping placements apart)."""
     capacity = {"memory": {"value": quantity(device.memory_bytes)}}
+    mig = device.mig
+    if mig is not None:
+        for name, count in (("multiprocessors", mig.multiprocessors),
+                            ("copyEngines", mig.copy_engines), ("decoders", mig.decoders),
+                            ("encoders", mig.encoders), ("jpegEngines", mig.jpeg_engines),
+                            ("ofaEngines", mig.ofa_engines)):
+            capacity[name] = {"value": str(count)}
+        for i in range(mig.placement_start, mig.placement_start + mig.placement_size):
+            capacity[f"memorySlice{i}"] = {"value": "1"}
+    return capacity
+
+
+def device_entry(device: Device, inventory: Inventory, version: str,
+                 taints: Sequence[Taint] = ()) -> dict[str, Any]:
+    body: dict[str, Any] = {"attributes": device_attributes(device, inventory),
+                            "capacity": device_capacity(device)}
+    if taints:
+        body["taints"] = [dict(t) for t in taints]
     if version == "v1beta1":  # v1beta1 nests them under "basic"; later versions flattened it
-        return {"name": device.name, "basic": {"attributes": attributes, "capacity": capacity}}
-    return {"name": device.name, "attributes": attributes, "capacity": capacity}
+        return {"name": device.name, "basic": body}
+    return {"name": device.name, **body}
+
+
+def device_taints(entry: Mapping[str, Any]) -> list[Taint]:
+    """The taints of a published device entry, whatever the version's shape."""
+    body = entry.get("basic", entry)
+    return [dict(t) for t in body.get("taints") or []]
+
+
+def device_uuid(entry: Mapping[str, Any]) -> str:
+    body = entry.get("basic", entry)
+    return str(((body.get("attributes") or {}).get("uuid") or {}).get("string", ""))
 
 
 def slice_name(driver: str, node: str, index: int) -> str:
@@ -78,13 +126,27 @@ def slice_name(driver: str, node: str, index: int) -> str:
 
 
 def build_slices(driver: str, node: str, inventory: Inventory, version: str,
-                 generation: int) -> list[dict[str, Any]]:
-    """The node's pool (named after the node) as one or more slices of at most 128 devices."""
+                 generation: int, taints: Mapping[str, Sequence[Taint]] | None = None,
+                 use_taints: bool = True) -> list[dict[str, Any]]:
+    """The node's pool (named after the node) as one or more slices of at most 128 devices.
+
+    ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``.
+    Without ``use_taints`` (an apiserver that drops them: DRADeviceTaints off) an unhealthy
+    device is left out of the pool instead, so nothing schedules onto it either way.
+    """
     if version not in VERSIONS:
         raise ValueError(f"unsupported resource.k8s.io version {version!r}")
-    devices: Sequence[Device] = inventory.devices
-    chunks = [devices[i:i + MAX_DEVICES_PER_SLICE]
-              for i in range(0, len(devices), MAX_DEVICES_PER_SLICE)] or [[]]
+    wanted: dict[str, list[Taint]] = {}
+    for device in inventory.devices:
+        found = [dict(t) for t in (taints or {}).get(device.name, ())]
+        if device.lost:
+            found.insert(0, taint(driver, TAINT_GPU_LOST))
+        if found:
+            wanted[device.name] = found
+    devices: Sequence[Device] = [d for d in inventory.devices
+                                 if use_taints or d.name not in wanted]
+    size = MAX_TAINTED_DEVICES_PER_SLICE if use_taints and wanted else MAX_DEVICES_PER_SLICE
+    chunks = [devices[i:i + size] for i in range(0, len(devices), size)] or [[]]
     return [{
         "apiVersion": f"{GROUP}/{version}",
         "kind": "ResourceSlice",
@@ -94,7 +156,9 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
             "driver": driver,
             "nodeName": node,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
-            "devices": [device_entry(d, inventory, version) for d in chunk],
+            "devices": [device_entry(d, inventory, version,
+                                     wanted.get(d.name, ()) if use_taints else ())
+                        for d in chunk],
         },
     } for i, chunk in enumerate(chunks)]
 
@@ -118,6 +182,17 @@ def same_devices(existing: Sequence[dict[str, Any]], desired: Sequence[dict[str,
     for obj in desired:
         spec = dict(obj["spec"])
         spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
-        if not _contains(have.get(obj["metadata"]["name"]), spec):
+        published = have.get(obj["metadata"]["name"])
+        if not _contains(published, spec):
             return False
+        # "Contains" cannot see a taint that went away (desired then has no taints at all).
+        assert published is not None
+        for mine, theirs in zip(spec["devices"], published["devices"], strict=True):
+            if [_bare(t) for t in device_taints(theirs)] != device_taints(mine):
+                return False
     return True
+
+
+def _bare(published: Taint) -> Taint:
+    """A published taint without what the apiserver fills in (timeAdded)."""
+    return {k: v for k, v in published.items() if k in ("key", "value", "effect")}

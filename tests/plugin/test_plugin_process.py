@@ -35,15 +35,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real etcd + kube-apiserver. The binaries are obtained (built from the Go module proxy
+    when missing, as in CI) rather than skipped for: only a host that truly cannot have them
+    (no Go and nothing cached, an unsupported architecture) skips, saying why."""
     try:
         from fakegpu.cluster import binaries
         from fakegpu.cluster.controlplane import ControlPlane
     except ImportError as err:
         pytest.skip(f"no kube-apiserver: fakegpu.cluster is not importable ({err})")
-    bins = binaries.cached(binaries.resolve_version(None))
-    if bins is None:
-        pytest.skip("no kube-apiserver: Kubernetes binaries are not built yet "
-                    "(fakegpu.cluster.binaries.ensure() builds them)")
+    from fakegpu.errors import MissingPrerequisite
+
+    try:
+        bins = binaries.ensure()
+    except MissingPrerequisite as err:
+        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
     with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
         yield cp.kubeconfig
 
@@ -107,7 +112,7 @@ def test_serves_the_kubelet_while_the_apiserver_is_unreachable(
 
 class Instance:
     def __init__(self, root: Path, kubeconfig: Path, env: dict[str, str], node: str,
-                 instance_id: str) -> None:
+                 instance_id: str, rediscover_s: float = 1) -> None:
         self.id = instance_id
         self.reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{instance_id}-reg.sock"
         self.dra = root / "kubelet" / "plugins" / DRIVER / f"dra-{instance_id}.sock"
@@ -116,10 +121,22 @@ class Instance:
             [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
              "--driver-name", DRIVER, "--kubeconfig", str(kubeconfig),
              "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
-             "--instance-id", instance_id, "--rediscover-interval", "1", "--grace-period", "5"],
+             "--instance-id", instance_id, "--rediscover-interval", str(rediscover_s),
+             "--grace-period", "5"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_for(lambda: self.reg.exists() and self.dra.exists(), f"{instance_id} sockets",
                  self.proc)
+
+    def close(self) -> None:
+        """Stop the process whatever happened (SIGTERM, then SIGKILL), close its log."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
 
 
 def wait_for(cond: Callable[[], Any], what: str, proc: subprocess.Popen[bytes] | None = None,
@@ -162,9 +179,18 @@ def test_two_instances_on_fake_gpus_and_real_apiserver(
             return list(got["items"])
 
         published = wait_for(slices, "ResourceSlices")
+        # The shape of the served version (v1 on 1.37): flat attributes, one pool per node.
+        # managedFields record the version each writer used: the plugin wrote v1.
+        assert {f["apiVersion"] for s in published
+                for f in s["metadata"]["managedFields"]} == {"resource.k8s.io/v1"}
+        pools = {(s["spec"]["pool"]["name"], s["spec"]["pool"]["resourceSliceCount"])
+                 for s in published}
+        assert pools == {(node, len(published))}
         devices = [d for s in published for d in s["spec"]["devices"]]
         assert devices and all(d["name"].startswith("gpu-") for d in devices)
         assert devices[0]["attributes"]["productName"]["string"]
+        assert devices[0]["attributes"]["driverVersion"]["version"]
+        assert "basic" not in devices[0]
 
         client.CoreV1Api(api).create_namespace({"metadata": {"name": "t"}})
         uids = []
@@ -199,9 +225,14 @@ def test_two_instances_on_fake_gpus_and_real_apiserver(
             ids = [list(d.cdi_device_ids) for d in r.claims[uids[i]].devices]
             assert answers.setdefault(uids[i], ids) == ids
             assert (short_tmp / "cdi" / f"gpu_fakegpu_dev-claim_{uids[i]}.json").exists()
-        claim0 = objects.get_namespaced_custom_object("resource.k8s.io", "v1", "t",
-                                                      "resourceclaims", "c0")
-        assert claim0["status"]["devices"][0]["data"]["uuid"].startswith(("GPU-", "MIG-"))
+        by_name = {d["name"]: d for d in devices}
+        for i in range(6):  # every claim's status names its device and that device's facts
+            claim = objects.get_namespaced_custom_object("resource.k8s.io", "v1", "t",
+                                                         "resourceclaims", f"c{i}")
+            [status] = claim["status"]["devices"]
+            assert (status["driver"], status["pool"]) == (DRIVER, node)
+            assert status["data"]["uuid"] == by_name[status["device"]]["attributes"]["uuid"][
+                "string"]
         r = beta.NodeUnprepareResources(dra_v1beta1_pb2.NodeUnprepareResourcesRequest(claims=[
             dra_v1beta1_pb2.Claim(namespace="t", name=f"c{i}", uid=u)
             for i, u in enumerate(uids)]), timeout=10)
@@ -218,3 +249,151 @@ def test_two_instances_on_fake_gpus_and_real_apiserver(
                 inst.proc.kill()
                 inst.proc.wait()
             inst.log.close()
+
+
+def fake_node(root: Path, fixture: str, node_index: int) -> tuple[dict[str, str], str, Path]:
+    """A node's own NVML state file (faults injected here touch no other test)."""
+    try:
+        from fakegpu.nvml import env as nvml
+        from fakegpu.nvml import state
+        from fakegpu.topology.load import load_topology
+    except ImportError as err:
+        pytest.skip(f"no fake NVML: fakegpu.nvml / fakegpu.topology not ready ({err})")
+    topology = load_topology(REPO / "fixtures" / fixture)
+    node = topology.nodes[node_index].name
+    path = state.render(topology, node, root / f"{node}.bin")
+    return {**os.environ, **nvml.env(path)}, node, path
+
+
+class Pool:
+    """The node's pool as the apiserver holds it."""
+
+    def __init__(self, kubeconfig: Path, node: str) -> None:
+        from kubernetes import client, config
+
+        self.objects = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
+        self.node = node
+
+    def slices(self) -> list[dict[str, Any]]:
+        got = self.objects.list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices",
+            field_selector=f"spec.driver={DRIVER},spec.nodeName={self.node}")
+        return list(got["items"])
+
+    def generation(self) -> int:
+        return max((int(s["spec"]["pool"]["generation"]) for s in self.slices()), default=0)
+
+    def devices(self) -> dict[str, dict[str, Any]]:
+        return {d["name"]: d for s in self.slices() for d in s["spec"]["devices"]}
+
+    def taints(self, device: str) -> dict[str, str]:
+        found = self.devices().get(device, {}).get("taints") or []
+        assert all(t["effect"] == "NoSchedule" for t in found)
+        return {t["key"]: t.get("value", "") for t in found}
+
+
+def allocate(objects: Any, namespace: str, name: str, node: str, device: str) -> str:
+    """A claim allocated to ``device``, as the scheduler would write it; returns its UID."""
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [
+                {"name": "gpus", "exactly": {"deviceClassName": DRIVER}}]}}}
+    made = objects.create_namespaced_custom_object("resource.k8s.io", "v1", namespace,
+                                                   "resourceclaims", body)
+    made["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpus", "driver": DRIVER, "pool": node, "device": device}]}}}
+    objects.replace_namespaced_custom_object_status("resource.k8s.io", "v1", namespace,
+                                                    "resourceclaims", name, made)
+    return str(made["metadata"]["uid"])
+
+
+def test_nvml_events_taint_devices_at_once_and_prepared_claims_survive(
+        short_tmp: Path, apiserver: Path) -> None:
+    from kubernetes import client, config
+
+    from fakegpu.nvml import faults
+
+    env, node, state_path = fake_node(short_tmp, "dgx-h100.yaml", 0)
+    pool = Pool(apiserver, node)
+    # Periodic rediscovery far away: whatever changes within the waits came from an event.
+    inst = Instance(short_tmp, apiserver, env, node, "ev", rediscover_s=600)
+    try:
+        wait_for(lambda: len(pool.devices()) == 8, "8 GPUs published", inst.proc)
+        first = pool.generation()
+        assert all(pool.taints(n) == {} for n in pool.devices())
+        client.CoreV1Api(config.new_client_from_config(str(apiserver))).create_namespace(
+            {"metadata": {"name": "ev"}})
+        uid = allocate(pool.objects, "ev", "held", node, "gpu-3")
+        dra = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{inst.dra}"))
+
+        def prepare() -> list[list[str]]:
+            r = dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[
+                dra_v1_pb2.Claim(namespace="ev", name="held", uid=uid)]), timeout=10)
+            assert r.claims[uid].error == ""
+            return [list(d.cdi_device_ids) for d in r.claims[uid].devices]
+
+        before = prepare()
+        wait_for(lambda: "watching NVML events" in (short_tmp / "ev.log").read_text(),
+                 "the event set", inst.proc)
+
+        faults.inject(state_path, 2, "xid", 48)  # double-bit ECC XID: critical
+        wait_for(lambda: pool.taints("gpu-2") == {f"{DRIVER}/xid": "48"}, "xid taint", inst.proc)
+        assert pool.generation() > first
+        faults.inject(state_path, 5, "xid", 13)  # the application's fault: no taint
+        faults.inject(state_path, 3, "gpu-lost")
+        wait_for(lambda: f"{DRIVER}/gpu-lost" in pool.taints("gpu-3"), "gpu-lost taint",
+                 inst.proc)
+        assert pool.taints("gpu-3")[f"{DRIVER}/xid"] == "79"  # NVML's XID for a lost GPU
+        assert pool.taints("gpu-5") == {} and pool.taints("gpu-2") == {f"{DRIVER}/xid": "48"}
+        assert len(pool.devices()) == 8  # tainted, not gone: the served API has taints
+        assert prepare() == before  # the prepared claim on the lost GPU is still answered
+        assert (short_tmp / "cdi" / f"gpu_fakegpu_dev-claim_{uid}.json").exists()
+        inst.proc.send_signal(signal.SIGTERM)
+        assert inst.proc.wait(30) == 0
+        assert pool.slices() == []
+    finally:
+        inst.close()
+
+
+def test_mig_reconfiguration_through_nvml_republishes_a_new_generation(
+        short_tmp: Path, apiserver: Path) -> None:
+    env, node, _state = fake_node(short_tmp, "mixed.yaml", 0)  # a100-0: GPU 0 and 1 in MIG mode
+    pool = Pool(apiserver, node)
+    inst = Instance(short_tmp, apiserver, env, node, "mig", rediscover_s=1)
+    try:
+        names = wait_for(lambda: sorted(pool.devices()), "slices", inst.proc)
+        assert "gpu-1" not in names and "gpu-2" in names  # MIG mode: never offered whole
+        migs = [n for n in names if n.startswith("gpu-0-mig-")]
+        assert len(migs) == 3
+        for name in migs:
+            d = pool.devices()[name]
+            assert d["attributes"]["type"] == {"string": "mig"}
+            assert d["attributes"]["parentUUID"]["string"].startswith("GPU-")
+            assert {"multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines",
+                    "ofaEngines", "memory"} <= set(d["capacity"])
+        first = pool.generation()
+        # An operator reconfigures through NVML: a 1g instance on GPU 1, MIG on for GPU 2.
+        subprocess.run([sys.executable, "-c", _RECONFIGURE], env=env, check=True, timeout=60)
+        wait_for(lambda: any(n.startswith("gpu-1-mig-") for n in pool.devices())
+                 and "gpu-2" not in pool.devices(), "the reconfigured pool", inst.proc)
+        assert pool.generation() > first
+        new = [n for n in pool.devices() if n.startswith("gpu-1-mig-")]
+        assert new == ["gpu-1-mig-19-0-1"]  # 1g.5gb: profile id 19, first slice, size 1
+        assert pool.devices()[new[0]]["attributes"]["profile"] == {"string": "1g.5gb"}
+    finally:
+        inst.proc.send_signal(signal.SIGTERM)
+        inst.close()
+
+
+_RECONFIGURE = """
+import pynvml as n
+n.nvmlInit()
+gpu1, gpu2 = n.nvmlDeviceGetHandleByIndex(1), n.nvmlDeviceGetHandleByIndex(2)
+info = n.nvmlDeviceGetGpuInstanceProfileInfo(gpu1, n.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+gi = n.nvmlDeviceCreateGpuInstance(gpu1, info.id)
+ci = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+n.nvmlGpuInstanceCreateComputeInstance(gi, ci.id)
+n.nvmlDeviceSetMigMode(gpu2, n.NVML_DEVICE_MIG_ENABLE)
+n.nvmlShutdown()
+"""

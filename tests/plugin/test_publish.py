@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
+from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
+from fakegpu.plugin.health import Health
 from fakegpu.plugin.publish import SlicePublisher
 
 from .helpers import DRIVER, NODE, inventory
 
 
 class SliceStore:
-    def __init__(self, version: str = "v1") -> None:
+    """The apiserver's slice store; ``drop_taints`` plays one whose DRADeviceTaints gate is off
+    (it silently wipes the field, as the real one does)."""
+
+    def __init__(self, version: str = "v1", drop_taints: bool = False) -> None:
         self.objs: dict[str, dict[str, Any]] = {}
         self.served, self.writes, self.rv = version, 0, 0
+        self.drop_taints = drop_taints
 
     def version(self) -> str:
         return self.served
@@ -23,21 +30,27 @@ class SliceStore:
         return [copy.deepcopy(o) for o in self.objs.values()
                 if o["spec"]["driver"] == driver and o["spec"]["nodeName"] == node]
 
-    def create_slice(self, body: dict[str, Any]) -> None:
+    def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
         assert body["metadata"]["name"] not in self.objs
-        self._store(body)
+        return self._store(body)
 
-    def replace_slice(self, body: dict[str, Any]) -> None:
+    def replace_slice(self, body: dict[str, Any]) -> dict[str, Any]:
         assert body["metadata"]["resourceVersion"] == self.objs[body["metadata"]["name"]][
             "metadata"]["resourceVersion"]
-        self._store(body)
+        return self._store(body)
 
-    def _store(self, body: dict[str, Any]) -> None:
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1
         self.writes += 1
         obj = copy.deepcopy(body)
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        for dev in obj["spec"]["devices"]:
+            if self.drop_taints:
+                dev.pop("taints", None)
+            for t in dev.get("taints", []):
+                t["timeAdded"] = "2025-01-01T00:00:00Z"  # the apiserver's default
         self.objs[obj["metadata"]["name"]] = obj
+        return copy.deepcopy(obj)
 
     def delete_slice(self, name: str) -> None:
         self.objs.pop(name, None)
@@ -67,3 +80,63 @@ def test_publishes_the_negotiated_version_shape() -> None:
     [obj] = store.objs.values()
     assert obj["apiVersion"] == "resource.k8s.io/v1beta1"
     assert "basic" in obj["spec"]["devices"][0]
+
+
+def taints_of(store: SliceStore) -> dict[str, list[tuple[str, str]]]:
+    return {d["name"]: [(t["key"], t.get("value", "")) for t in d.get("taints", [])]
+            for o in store.objs.values() for d in o["spec"]["devices"]}
+
+
+def generation(store: SliceStore) -> int:
+    return int(next(iter(store.objs.values()))["spec"]["pool"]["generation"])
+
+
+def lose(inv: Inventory, index: int) -> Inventory:
+    """What discovery returns once GPU ``index`` answers GPU_IS_LOST."""
+    return dataclasses.replace(inv, devices=tuple(d for d in inv.devices if d.minor != index),
+                               lost_indices=(index,))
+
+
+def test_xid_taint_is_published_and_kept_by_an_instance_that_never_saw_it() -> None:
+    store = SliceStore()
+    health = Health(DRIVER)
+    inv = Inventory("580.1", "13.0", tuple(dataclasses.replace(d, index=d.minor)
+                                           for d in inventory(3).devices))
+    pub = SlicePublisher(store, Devices(lambda: inv), DRIVER, NODE, health=health.taints)
+    assert pub.sync() is True and taints_of(store)["gpu-1"] == []
+    assert health.record(inv.devices[1].uuid, "xid", "48") is True
+    assert pub.sync() is True and generation(store) == 2
+    assert taints_of(store)["gpu-1"] == [(f"{DRIVER}/xid", "48")]
+    assert pub.sync() is False  # the apiserver's timeAdded default is no difference
+    newcomer = SlicePublisher(store, Devices(lambda: inv), DRIVER, NODE)  # no events seen
+    assert newcomer.sync() is False and taints_of(store)["gpu-1"] == [(f"{DRIVER}/xid", "48")]
+
+
+def test_lost_gpu_is_tainted_then_untainted_when_it_answers_again() -> None:
+    store = SliceStore()
+    base = Inventory("580.1", "13.0", tuple(dataclasses.replace(d, index=d.minor)
+                                            for d in inventory(3).devices))
+    now = {"inv": base}
+    pub = SlicePublisher(store, Devices(lambda: now["inv"]), DRIVER, NODE)
+    pub.sync()
+    now["inv"] = lose(base, 2)
+    assert pub.sync() is True
+    assert taints_of(store)["gpu-2"] == [(f"{DRIVER}/gpu-lost", "")]
+    assert len(store.objs) == 1 and generation(store) == 2
+    now["inv"] = base
+    assert pub.sync() is True and taints_of(store)["gpu-2"] == [] and generation(store) == 3
+
+
+def test_an_apiserver_dropping_taints_gets_unhealthy_devices_removed() -> None:
+    store = SliceStore(drop_taints=True)
+    base = Inventory("580.1", "13.0", tuple(dataclasses.replace(d, index=d.minor)
+                                            for d in inventory(3).devices))
+    now = {"inv": base}
+    pub = SlicePublisher(store, Devices(lambda: now["inv"]), DRIVER, NODE)
+    pub.sync()
+    now["inv"] = lose(base, 0)
+    pub.sync()  # taints sent, wiped by the store: noticed
+    assert pub.use_taints is False
+    pub.sync()
+    assert sorted(taints_of(store)) == ["gpu-1", "gpu-2"]
+    assert pub.sync() is False  # and stable from then on
