@@ -1,9 +1,295 @@
-"""CLI commands for the cluster concern (filled in by its issue)."""
+"""``fakegpu cluster ...`` and ``fakegpu demo``: bring real Kubernetes clusters up and down."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fakegpu.errors import EXIT_FAILED, EXIT_INVALID, FakegpuError
+from fakegpu.paths import repo_fixtures_dir
+
+from . import add_verbose
+
+DEFAULT_NAME = "fakegpu"
+DEFAULT_TOPOLOGY = "gb200-mini.yaml"
+DEMO_POD = "fakegpu-demo"
+
+
+def _default_topology() -> Path:
+    return repo_fixtures_dir() / DEFAULT_TOPOLOGY
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this concern's commands to the top-level parser."""
+    """Add ``cluster`` (with its subcommands) and ``demo`` to the top-level parser."""
+    cluster = sub.add_parser("cluster", help="real Kubernetes clusters with fake GPUs",
+                             description="Create, inspect and remove a multi-node Kubernetes "
+                                         "cluster of real binaries with fake GPUs (embedded: "
+                                         "host processes, no containers).")
+    cmds = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
+
+    def name_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--name", default=DEFAULT_NAME, help="cluster name (default: %(default)s)")
+        p.add_argument("--provider", choices=("embedded", "kind"), default="embedded",
+                       help="embedded: host processes; kind: Docker containers "
+                            "(default: %(default)s)")
+        add_verbose(p)
+
+    up = cmds.add_parser("up", help="create a cluster and wait until it is ready",
+                         description="Start a control plane and one worker per topology node; "
+                                     "return once every node is Ready and has its "
+                                     "ResourceSlices.")
+    up.add_argument("--topology", type=Path, default=None,
+                    help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
+    up.add_argument("--k8s-version", default=None, metavar="1.N",
+                    help="Kubernetes minor (default: the newest supported)")
+    up.add_argument("--retain", "--keep-on-failure", dest="retain", action="store_true",
+                    help="on failure keep everything for debugging (remove it with down)")
+    up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
+                    help="limit for each readiness wait (default: %(default)s)")
+    name_arg(up)
+    up.set_defaults(func=_up)
+
+    down = cmds.add_parser("down", help="remove a cluster and everything it made (idempotent)")
+    name_arg(down)
+    down.set_defaults(func=_down)
+
+    status = cmds.add_parser("status", help="describe a cluster (exit 1 when there is none)")
+    status.add_argument("--format", choices=("text", "json"), default="text")
+    name_arg(status)
+    status.set_defaults(func=_status)
+
+    logs = cmds.add_parser("logs", help="copy every component's logs into a directory")
+    logs.add_argument("--out", type=Path, required=True, help="directory to write into")
+    name_arg(logs)
+    logs.set_defaults(func=_logs)
+
+    node = cmds.add_parser("node", help="stop or start one worker node")
+    node_cmds = node.add_subparsers(dest="node_command", metavar="ACTION")
+    for action, text in (("stop", "stop the node's plugin, kubelet and containerd"),
+                         ("start", "start a stopped node and wait until it is Ready")):
+        p = node_cmds.add_parser(action, help=text)
+        p.add_argument("node", help="node name (as in the topology)")
+        name_arg(p)
+        p.set_defaults(func=_node_stop if action == "stop" else _node_start)
+    node.set_defaults(func=_usage(node))
+
+    _add_binaries_commands(cmds)
+    cluster.set_defaults(func=_usage(cluster))
+
+    demo = sub.add_parser("demo", help="a cluster with fake GPUs and a GPU pod, in one command",
+                          description="Bring up the embedded cluster on the default topology "
+                                      "(or reuse a healthy one), run a pod that claims one GPU, "
+                                      "and show how to use the cluster.")
+    demo.add_argument("--topology", type=Path, default=None,
+                      help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
+    demo.add_argument("--k8s-version", default=None, metavar="1.N")
+    name_arg(demo)
+    demo.set_defaults(func=_demo)
+
+
+def _usage(parser: argparse.ArgumentParser) -> Any:
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_INVALID
+
+    return show
+
+
+def _add_binaries_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    # `fakegpu cluster binaries ...` belongs to the binaries concern; absent until it lands.
+    try:
+        mod = importlib.import_module("fakegpu.cluster.cli_binaries")
+    except ModuleNotFoundError:
+        return
+    mod.add_commands(cmds)
+
+
+def _console() -> Console:
+    return Console(stderr=True)
+
+
+def _provider(args: argparse.Namespace, console: Console, **kw: Any) -> Any:
+    from fakegpu.cluster.embedded import EmbeddedProvider
+    from fakegpu.cluster.process import WaitPolicy
+
+    timeout = float(getattr(args, "timeout", 180.0))
+    if getattr(args, "provider", "embedded") == "kind":
+        from fakegpu.cluster.kind.provider import KindProvider
+
+        return KindProvider(console, policy=WaitPolicy(timeout=max(timeout, 300.0)), **kw)
+    return EmbeddedProvider(console, policy=WaitPolicy(timeout=timeout), **kw)
+
+
+def _up(args: argparse.Namespace) -> int:
+    console = _console()
+    topology = args.topology or _default_topology()
+    provider = _provider(args, console, retain_on_failure=args.retain)
+    start = time.monotonic()
+    info = provider.up(args.name, topology, args.k8s_version)
+    console.print(f"[bold green]cluster {info.name!r} is ready[/] "
+                  f"({len(info.nodes)} nodes, Kubernetes {info.k8s_version}, "
+                  f"{time.monotonic() - start:.0f}s)")
+    _print_usage(console, info)
+    print(info.kubeconfig)  # stdout: the one thing a script wants
+    return 0
+
+
+def _print_usage(console: Console, info: Any) -> None:
+    console.print(f"  kubeconfig: {info.kubeconfig}")
+    console.print(f"  export KUBECONFIG={info.kubeconfig}")
+    console.print("  kubectl get nodes; kubectl get resourceslices")
+    down = "fakegpu cluster down" + ("" if info.name == DEFAULT_NAME else f" --name {info.name}")
+    console.print(f"  remove it: {down}")
+
+
+def _down(args: argparse.Namespace) -> int:
+    console = _console()
+    with console.status(f"removing cluster {args.name!r} ..."):
+        _provider(args, console).down(args.name)
+    console.print(f"cluster {args.name!r} removed (or was not there)")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    info = _provider(args, _console()).status(args.name)
+    if info is None:
+        if args.format == "json":
+            print("null")
+        print(f"fakegpu: no cluster {args.name!r}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.format == "json":
+        print(json.dumps(info.to_json(), indent=2))
+        return 0
+    print(f"cluster     {info.name} ({info.provider}, Kubernetes {info.k8s_version}, "
+          f"{info.extra.get('phase')})")
+    print(f"kubeconfig  {info.kubeconfig}")
+    print(f"topology    {info.topology}")
+    print(f"driver      {info.driver_name}")
+    print(f"workload    {info.workload_image}")
+    cp = info.extra.get("control_plane", {})
+    print("control     " + ", ".join(f"{k}={'up' if v else 'DOWN'}" for k, v in cp.items()))
+    ips = info.extra.get("node_ips", {})
+    for n in info.nodes:
+        print(f"node        {n.name:<20} {ips.get(n.name, ''):<15} "
+              f"{'running' if n.running else 'STOPPED'}")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    written = _provider(args, _console()).logs(args.name, args.out)
+    print(f"{len(written)} files written to {args.out}")
+    return 0
+
+
+def _node_stop(args: argparse.Namespace) -> int:
+    console = _console()
+    with console.status(f"stopping node {args.node} ..."):
+        _provider(args, console).stop_node(args.name, args.node)
+    console.print(f"node {args.node} stopped")
+    return 0
+
+
+def _node_start(args: argparse.Namespace) -> int:
+    console = _console()
+    with console.status(f"starting node {args.node} ..."):
+        _provider(args, console).start_node(args.name, args.node)
+    console.print(f"node {args.node} is Ready")
+    return 0
+
+
+# --- demo --------------------------------------------------------------------------------------
+
+
+def demo_manifest(workload_image: str, device_class: str, api: str = "v1") -> str:
+    """A claim template for one GPU and a pod using it (resource.k8s.io ``api``)."""
+    request = ("        exactly:\n          deviceClassName: {dc}\n" if api == "v1"
+               else "        deviceClassName: {dc}\n").format(dc=device_class)
+    return f"""\
+apiVersion: resource.k8s.io/{api}
+kind: ResourceClaimTemplate
+metadata:
+  name: fakegpu-demo-gpu
+  namespace: default
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+{request}---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {DEMO_POD}
+  namespace: default
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  dnsPolicy: Default  # the embedded cluster has no cluster DNS
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: fakegpu-demo-gpu
+  containers:
+  - name: main
+    image: {workload_image}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES; sleep 3600"]
+    resources:
+      claims:
+      - name: gpu
+"""
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from fakegpu.cluster import embedded, featuregates
+
+    console = _console()
+    provider = _provider(args, console)
+    name = args.name
+    if provider.healthy(name):
+        console.print(f"reusing the running cluster {name!r}")
+    else:
+        if provider.status(name) is not None:
+            console.print(f"cluster {name!r} exists but is not healthy: recreating it")
+            provider.down(name)
+        provider.up(name, args.topology or _default_topology(), args.k8s_version)
+    info = provider.status(name)
+    if info is None:
+        raise FakegpuError(f"cluster {name!r} vanished while the demo ran")
+    st = embedded.ClusterState.load(embedded.clusters_dir() / name)
+    bins = embedded.cached_binaries(st.k8s_version)
+    if bins is None:
+        raise FakegpuError("the cluster's binaries are not cached any more")
+    api = embedded.resourceslice_api(featuregates.parse_minor(st.k8s_version))
+    device_class = "gpu.fakegpu.dev" if st.driver == embedded.DEFAULT_DRIVER else st.driver
+    manifest = demo_manifest(st.workload_image, device_class, api)
+    with console.status("running a pod that claims one GPU ..."):
+        embedded.kubectl(st, bins, ["apply", "-f", "-"], input_text=manifest)
+        res = embedded.kubectl(st, bins, ["wait", "--for=condition=Ready", f"pod/{DEMO_POD}",
+                                          "--timeout=180s"], check=False, timeout=200)
+        if res.returncode != 0:
+            described = embedded.kubectl(st, bins, ["describe", "pod", DEMO_POD], check=False)
+            tail = "\n".join(described.stdout.splitlines()[-15:])
+            raise FakegpuError(f"the demo pod did not become Ready: {res.stderr.strip()}\n{tail}")
+    log = embedded.kubectl(st, bins, ["logs", DEMO_POD], check=False).stdout.strip()
+    node = embedded.kubectl(st, bins, ["get", "pod", DEMO_POD, "-o",
+                                       "jsonpath={.spec.nodeName}"], check=False).stdout
+    console.print(f"[bold green]pod {DEMO_POD} runs on node {node} with one fake GPU:[/] {log}",
+                  soft_wrap=True)
+    console.print("\nTry it:")
+    console.print(f"  export KUBECONFIG={info.kubeconfig}")
+    console.print("  kubectl get nodes")
+    console.print("  kubectl get resourceslices")
+    console.print(f"  kubectl get resourceclaims; kubectl logs {DEMO_POD}")
+    console.print(f"  kubectl exec {DEMO_POD} -- env | grep NVIDIA")
+    down = "fakegpu cluster down" + ("" if name == DEFAULT_NAME else f" --name {name}")
+    console.print(f"  {down}   # remove everything")
+    if "NVIDIA_VISIBLE_DEVICES=" not in log:
+        raise FakegpuError(f"the demo pod's output lacks NVIDIA_VISIBLE_DEVICES: {log!r}")
+    return 0

@@ -78,7 +78,10 @@ class Provider(Protocol):
         ...
 
     def down(self, name: str) -> None:
-        """Remove everything `up` made (processes, mounts, interfaces, cgroups, files). Idempotent."""
+        """Remove everything `up` made (processes, mounts, interfaces, cgroups, files).
+
+        Idempotent.
+        """
         ...
 
     def status(self, name: str) -> ClusterInfo | None:
@@ -90,7 +93,10 @@ class Provider(Protocol):
         ...
 
     def stop_node(self, name: str, node: str) -> None:
-        """Stop a worker's kubelet, runtime and plugin (the node goes NotReady), keeping its state."""
+        """Stop a worker's kubelet, runtime and plugin (the node goes NotReady).
+
+        Its state (files, running containers) is kept.
+        """
         ...
 
     def start_node(self, name: str, node: str) -> None:

@@ -1,0 +1,790 @@
+"""The embedded provider: a real multi-node Kubernetes of host processes, no containers.
+
+`up` is an ordered list of small steps; whatever they make is recorded in the cluster's
+state.json *before* it is made, so one cleanup path (`down`) removes it whether `up` finished,
+failed, or was killed. Layout (short paths: unix sockets live inside)::
+
+    /var/lib/fakegpu/<cluster>/          $FAKEGPU_CLUSTERS_DIR/<cluster>
+      state.json  kubeconfig
+      cp/        pki/ etcd/ logs/ *.kubeconfig           control plane
+      n<i>/      containerd/ kubelet/ cdi/ nvml/ plugin/ logs/ ...   worker i
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fakegpu.cluster import cleanup, featuregates, images
+from fakegpu.cluster import node as nodemod
+from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
+from fakegpu.cluster.kubeconfig import write_kubeconfig
+from fakegpu.cluster.node import NodeBinaries, NodeLayout
+from fakegpu.cluster.pki import CertificateAuthority, CertPair
+from fakegpu.cluster.process import (
+    CommandError,
+    ProcessRecord,
+    WaitPolicy,
+    is_alive,
+    kill_pids,
+    pids_matching,
+    run,
+    terminate,
+    wait_until,
+)
+from fakegpu.cluster.provider import ClusterInfo, NodeInfo
+from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
+from fakegpu.nvml import env as nvml_env
+from fakegpu.nvml import state as nvml_state
+from fakegpu.topology.load import load_topology
+from fakegpu.topology.model import Topology
+
+CLUSTERS_ENV = "FAKEGPU_CLUSTERS_DIR"
+DEFAULT_DRIVER = "gpu.fakegpu.dev"
+STATE_VERSION = 1
+MAX_NODES = 200  # node IPs are 10.250.<slot>.<10+i>; pod subnets 10.<200+slot>.<i>.0/24
+MAX_SLOTS = 50
+# Rough resident memory per component, measured on this kind of host; generous on purpose.
+MEM_CONTROL_PLANE_MIB = 1200
+MEM_PER_NODE_MIB = 400
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?$")
+
+
+def clusters_dir() -> Path:
+    """Where clusters live; read at call time (tests point it elsewhere)."""
+    return Path(os.environ.get(CLUSTERS_ENV) or "/var/lib/fakegpu")
+
+
+def validate_name(name: str) -> None:
+    if not _NAME_RE.match(name):
+        raise InvalidInput(
+            f"cluster name {name!r}: use 1-20 lowercase letters, digits or '-' "
+            "(it becomes part of paths, cgroups and interface names)"
+        )
+
+
+def slot_network(slot: int) -> tuple[str, str]:
+    """(node address prefix, pod network prefix) for a cluster slot."""
+    return f"10.250.{slot}", f"10.{200 + slot}"
+
+
+def node_layout(cluster: str, root: Path, slot: int, index: int, name: str) -> NodeLayout:
+    node_prefix, pod_prefix = slot_network(slot)
+    return NodeLayout(
+        cluster=cluster, name=name, index=index, root=root / f"n{index}",
+        ip=f"{node_prefix}.{10 + index}", pod_subnet=f"{pod_prefix}.{index}.0/24",
+        bridge=f"fg{slot}b{index}",
+    )
+
+
+def address_interface(slot: int) -> str:
+    return f"fg{slot}d"
+
+
+def estimate_memory_mib(nodes: int) -> int:
+    return MEM_CONTROL_PLANE_MIB + MEM_PER_NODE_MIB * nodes
+
+
+def mem_available_mib(meminfo: str) -> int | None:
+    for line in meminfo.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) // 1024
+    return None
+
+
+def resourceslice_api(minor: int) -> str:
+    return "v1" if minor >= 34 else "v1beta1"
+
+
+# --- state -------------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeState:
+    name: str
+    index: int
+    has_gpus: bool
+    running: bool = True
+
+
+@dataclass
+class ClusterState:
+    name: str
+    root: Path
+    k8s_version: str = ""
+    topology: str = ""
+    driver: str = DEFAULT_DRIVER
+    workload_image: str = ""
+    pause_image: str = ""
+    slot: int = -1
+    phase: str = "creating"  # creating -> ready; anything else is a failed or partial cluster
+    server: str = ""
+    nodes: list[NodeState] = field(default_factory=list)
+    processes: dict[str, ProcessRecord] = field(default_factory=dict)
+    interfaces: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    firewall: list[list[str]] = field(default_factory=list)  # iptables FORWARD rule specs
+
+    @property
+    def path(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def cp_dir(self) -> Path:
+        return self.root / "cp"
+
+    def layout(self, n: NodeState) -> NodeLayout:
+        return node_layout(self.name, self.root, self.slot, n.index, n.name)
+
+    def node(self, name: str) -> NodeState:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        known = ", ".join(n.name for n in self.nodes) or "none"
+        raise InvalidInput(f"cluster {self.name!r} has no node {name!r} (nodes: {known})")
+
+    def save(self) -> None:
+        doc = {
+            "version": STATE_VERSION, "name": self.name, "k8s_version": self.k8s_version,
+            "topology": self.topology, "driver": self.driver,
+            "workload_image": self.workload_image, "pause_image": self.pause_image,
+            "slot": self.slot, "phase": self.phase, "server": self.server,
+            "nodes": [n.__dict__ for n in self.nodes],
+            "processes": {k: v.to_json() for k, v in self.processes.items()},
+            "interfaces": self.interfaces, "cgroups": self.cgroups, "firewall": self.firewall,
+        }
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2))
+        tmp.replace(self.path)  # atomic: a concurrent reader never sees half a file
+
+    @classmethod
+    def load(cls, root: Path) -> ClusterState:
+        doc = json.loads((root / "state.json").read_text())
+        if doc.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {doc.get('version')!r}")
+        return cls(
+            name=doc["name"], root=root, k8s_version=doc["k8s_version"],
+            topology=doc["topology"], driver=doc["driver"],
+            workload_image=doc["workload_image"], pause_image=doc["pause_image"],
+            slot=int(doc["slot"]), phase=doc["phase"], server=doc["server"],
+            nodes=[NodeState(**n) for n in doc["nodes"]],
+            processes={k: ProcessRecord.from_json(v) for k, v in doc["processes"].items()},
+            interfaces=list(doc["interfaces"]), cgroups=list(doc["cgroups"]),
+            firewall=[list(r) for r in doc.get("firewall", [])],
+        )
+
+
+# --- talking to the apiserver --------------------------------------------------------------------
+
+
+def _admin_context(cp_dir: Path) -> ssl.SSLContext:
+    pki = cp_dir / "pki"
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    return ctx
+
+
+def api_get(st: ClusterState, path: str, timeout: float = 10.0) -> Any:
+    req = urllib.request.Request(f"{st.server}{path}", headers={"Accept": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout, context=_admin_context(st.cp_dir)) as r:
+        return json.loads(r.read())
+
+
+def node_ready(st: ClusterState, name: str) -> bool:
+    obj = api_get(st, f"/api/v1/nodes/{name}")
+    conds = obj.get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def node_slices(st: ClusterState, name: str) -> list[dict[str, Any]]:
+    api = resourceslice_api(featuregates.parse_minor(st.k8s_version))
+    obj = api_get(st, f"/apis/resource.k8s.io/{api}/resourceslices"
+                      f"?fieldSelector=spec.nodeName%3D{name}")
+    return [s for s in obj.get("items", []) if s.get("spec", {}).get("driver") == st.driver]
+
+
+# --- other concerns, loaded when used ------------------------------------------------------------
+
+
+def _binaries(version: str | None, console: Console) -> NodeBinaries:
+    from fakegpu.cluster import binaries
+
+    result: NodeBinaries = binaries.ensure(version, console=console)
+    return result
+
+
+def _render_nvml(topology: Topology, node: str, path: Path) -> dict[str, str]:
+    """Write the node's fake NVML state; return the env a process needs to see it."""
+    nvml_state.render(topology, node, path)
+    return nvml_env.env(path)
+
+
+# --- the provider --------------------------------------------------------------------------------
+
+
+class Steps:
+    """Progress lines on the console: one per step, with its duration."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    @contextlib.contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        start = time.monotonic()
+        with self.console.status(f"{text} ..."):
+            yield
+        self.console.print(f"[green]✓[/] {text} [dim]({time.monotonic() - start:.1f}s)[/]")
+
+
+class EmbeddedProvider:
+    name = "embedded"
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        *,
+        policy: WaitPolicy | None = None,
+        retain_on_failure: bool = False,
+        driver: str = DEFAULT_DRIVER,
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.policy = policy or WaitPolicy(timeout=180.0, interval=0.5)
+        self.retain_on_failure = retain_on_failure
+        self.driver = driver
+
+    # --- protocol: up -----------------------------------------------------------------------
+
+    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
+        validate_name(name)
+        root = clusters_dir() / name
+        if root.exists():
+            raise InvalidInput(
+                f"cluster {name!r} already exists (or is left over) at {root}: "
+                f"run `fakegpu cluster down --name {name}` first"
+            )
+        topo = self._load(topology)
+        self._check_host(name, root, len(topo.nodes))
+        steps = Steps(self.console)
+        with steps.step("Kubernetes binaries"):
+            bins = _binaries(k8s_version, self.console)
+        with steps.step("container images"):
+            imgs = images.ensure_images(console=self.console)
+        st = ClusterState(name=name, root=root, k8s_version=bins.k8s_version,
+                          topology=str(topology.resolve()), driver=self.driver,
+                          workload_image=imgs.workload_ref, pause_image=imgs.pause_ref)
+        st.nodes = [NodeState(n.name, i, bool(n.gpus)) for i, n in enumerate(topo.nodes)]
+        try:
+            st.save()  # from here on, `down` knows this cluster
+            self._create(st, bins, imgs, topo, steps)
+        except BaseException as err:
+            st.phase = "failed"
+            with contextlib.suppress(Exception):
+                st.save()
+            if self.retain_on_failure:
+                self.console.print(f"[yellow]keeping the failed cluster in {root} "
+                                   f"(--retain); remove it with `fakegpu cluster down "
+                                   f"--name {name}`[/]")
+            else:
+                # The cluster dir goes away with `down`: keep its logs for the post-mortem.
+                with contextlib.suppress(Exception):
+                    saved = Path(tempfile.mkdtemp(prefix=f"fakegpu-{name}-failed-"))
+                    self.logs(name, saved)
+                    self.console.print(f"[yellow]logs of the failed cluster: {saved}[/]")
+                self.console.print("[yellow]cleaning up after the failure ...[/]")
+                with contextlib.suppress(Exception):
+                    self.down(name)
+            if isinstance(err, FakegpuError | KeyboardInterrupt):
+                raise
+            raise FakegpuError(f"cluster up failed: {err}") from err
+        info = self.status(name)
+        assert info is not None
+        return info
+
+    def _load(self, topology: Path) -> Topology:
+        if not topology.is_file():
+            raise InvalidInput(f"topology file not found: {topology}")
+        topo = load_topology(topology)
+        if not topo.nodes:
+            raise InvalidInput(f"{topology}: the topology has no nodes")
+        return topo
+
+    def _check_host(self, name: str, root: Path, nodes: int) -> None:
+        if os.geteuid() != 0:
+            raise MissingPrerequisite("the embedded cluster needs root (mounts, cgroups, "
+                                      "network interfaces): run as root")
+        for tool in ("ip", "umount"):
+            if shutil.which(tool) is None:
+                raise MissingPrerequisite(f"`{tool}` is not installed (apt-get install iproute2 "
+                                          "mount)")
+        if nodes > MAX_NODES:
+            raise InvalidInput(f"the topology has {nodes} nodes; the embedded cluster holds at "
+                               f"most {MAX_NODES} (one address and pod subnet each)")
+        need = estimate_memory_mib(nodes)
+        have = mem_available_mib(Path("/proc/meminfo").read_text())
+        if have is not None and need > have:
+            raise InvalidInput(f"the topology has {nodes} nodes: about {need} MiB of memory "
+                               f"needed, {have} MiB available; use a smaller topology")
+        longest = max((nodemod.longest_socket_path(node_layout(name, root, MAX_SLOTS - 1, i,
+                                                               "n"), self.driver)
+                       for i in range(nodes)), key=lambda t: t[1])
+        if longest[1] > nodemod.MAX_SOCKET_PATH:
+            raise InvalidInput(f"socket path {longest[0]} would be {longest[1]} bytes (limit "
+                               f"{nodemod.MAX_SOCKET_PATH}): use a shorter ${CLUSTERS_ENV} or "
+                               "cluster name")
+
+    def _free_slot(self, skip: set[int]) -> int:
+        out = run(["ip", "-o", "-4", "addr", "show"], timeout=10).stdout
+        used_addrs = {f[3].split("/")[0] for line in out.splitlines()
+                      if len(f := line.split()) > 3}
+        used_slots: set[int] = set()
+        base = clusters_dir()
+        if base.is_dir():
+            for d in base.iterdir():
+                with contextlib.suppress(Exception):
+                    used_slots.add(ClusterState.load(d).slot)
+        for slot in range(MAX_SLOTS):
+            node_prefix, pod_prefix = slot_network(slot)
+            nets = [ipaddress.ip_network(f"{node_prefix}.0/24"),
+                    ipaddress.ip_network(f"{pod_prefix}.0.0/16")]
+            clash = any(ipaddress.ip_address(a) in n for a in used_addrs for n in nets
+                        if ":" not in a)
+            if slot not in used_slots | skip and not clash and not cleanup.link_exists(
+                    address_interface(slot)):
+                return slot
+        raise InvalidInput(f"all {MAX_SLOTS} cluster slots are in use: bring a cluster down")
+
+    def _create(self, st: ClusterState, bins: NodeBinaries, imgs: images.Images, topo: Topology,
+                steps: Steps) -> None:
+        with steps.step("node network"):
+            self._network(st)
+        with steps.step("control plane (etcd, kube-apiserver, controller-manager, scheduler)"):
+            cp = self._control_plane(st, bins)
+        with steps.step("cluster objects (plugin RBAC, DeviceClasses)"):
+            self._apply_objects(st, bins)
+        layouts = [st.layout(n) for n in st.nodes]
+        with steps.step(f"node files and certificates ({len(layouts)} nodes)"):
+            gates = cp.gates or {}
+            certs = cp.certs
+            assert certs is not None
+            for lay in layouts:
+                self._node_files(st, lay, bins, certs, gates)
+        with steps.step("containerd on every node"):
+            for lay in layouts:
+                st.processes[f"containerd/{lay.name}"] = nodemod.start_containerd(
+                    lay, bins, self.policy)
+                st.save()
+        with steps.step("import images into every node"):
+            for lay in layouts:
+                images.import_images(bins, lay.containerd_socket, imgs.archives)
+        with steps.step("kubelets"):
+            for lay in layouts:
+                self._start_kubelet(st, lay, bins)
+            for lay in layouts:
+                self._wait_ready(st, lay)
+        with steps.step("fakegpu plugins and ResourceSlices"):
+            envs = {}
+            for lay in layouts:
+                envs[lay.name] = _render_nvml(topo, lay.name, lay.nvml_state)
+            for lay in layouts:
+                self._start_plugin(st, lay, envs[lay.name])
+            for n, lay in zip(st.nodes, layouts, strict=True):
+                if n.has_gpus:
+                    self._wait_slices(st, lay)
+        st.phase = "ready"
+        st.save()
+
+    # --- up: steps ---------------------------------------------------------------------------
+
+    def _network(self, st: ClusterState) -> None:
+        # Claim a slot by creating its address interface: `ip link add` fails when another
+        # `up` took the same slot a moment ago, and then the next free slot is tried.
+        tried: set[int] = set()
+        while True:
+            st.slot = self._free_slot(tried)
+            addr_if = address_interface(st.slot)
+            st.interfaces = [addr_if, *(st.layout(n).bridge for n in st.nodes)]
+            st.save()
+            # A bridge without ports holds the node addresses: this kernel has no dummy
+            # driver, and local addresses work on any interface that is up.
+            res = run(["ip", "link", "add", addr_if, "type", "bridge"], timeout=10, check=False)
+            if res.returncode == 0:
+                break
+            if not cleanup.link_exists(addr_if):
+                raise CommandError(["ip", "link", "add", addr_if, "type", "bridge"],
+                                   res.returncode, res.stdout + res.stderr)
+            st.interfaces = []
+            tried.add(st.slot)
+        for n in st.nodes:
+            run(["ip", "addr", "add", f"{st.layout(n).ip}/32", "dev", addr_if], timeout=10)
+        run(["ip", "link", "set", addr_if, "up"], timeout=10)
+        for n in st.nodes:
+            ip = st.layout(n).ip
+            for port in (nodemod.KUBELET_PORT, nodemod.KUBELET_HEALTHZ_PORT):
+                # Fails too when something listens on the port on all addresses.
+                if port_in_use(ip, port):
+                    raise InvalidInput(f"port {port} on {ip} is in use (a kubelet listening on "
+                                       f"all addresses?): node {n.name}'s kubelet needs it")
+        # Pods of different nodes talk through the host, which routes between the node
+        # bridges: that needs forwarding, and an ACCEPT where a FORWARD policy drops (Docker
+        # sets DROP when it runs on the same host).
+        with contextlib.suppress(OSError):
+            Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
+        if shutil.which("iptables"):
+            pods = f"{slot_network(st.slot)[1]}.0.0/16"
+            st.firewall = [["-s", pods, "-j", "ACCEPT"], ["-d", pods, "-j", "ACCEPT"]]
+            st.save()
+            for rule in st.firewall:
+                run(["iptables", "-w", "5", "-I", "FORWARD", *rule], timeout=30)
+
+    def _control_plane(self, st: ClusterState, bins: NodeBinaries) -> ControlPlane:
+        cp = ControlPlane(st.cp_dir, bins, controllers=True, policy=self.policy,
+                          cluster_name=st.name)
+        try:
+            cp.start()
+        finally:
+            # Recorded even on failure: start() stops its own, this is for a kill mid-way.
+            for rec in cp.processes:
+                st.processes[rec.name] = rec
+            st.server = cp.server
+            st.save()
+        shutil.copyfile(cp.kubeconfig, st.kubeconfig)
+        os.chmod(st.kubeconfig, 0o600)
+        return cp
+
+    def _apply_objects(self, st: ClusterState, bins: NodeBinaries) -> None:
+        manifests = [_PLUGIN_RBAC]
+        pkg = resources.files("fakegpu.plugin").joinpath("manifests")
+        for f in ("deviceclass.yaml", "deviceclass-mig.yaml"):
+            res = pkg.joinpath(f)
+            if res.is_file():
+                manifests.append(res.read_text())
+        kubectl(st, bins, ["apply", "-f", "-"], input_text="\n---\n".join(manifests))
+
+    def _node_files(self, st: ClusterState, lay: NodeLayout, bins: NodeBinaries,
+                    certs: ControlPlaneCerts, gates: dict[str, bool]) -> None:
+        ca = certs.ca
+        node_pki = lay.root / "pki"
+        client = ca.issue("kubelet-client", f"system:node:{lay.name}",
+                               orgs=("system:nodes",), client=True, directory=node_pki)
+        serving = ca.issue("kubelet-serving", f"system:node:{lay.name}", server=True,
+                                dns=(lay.name,), ips=(lay.ip,), directory=node_pki)
+        plugin = ca.issue("plugin", f"fakegpu-plugin:{lay.name}",
+                               orgs=(PLUGIN_GROUP,), client=True, directory=node_pki)
+        cfg = nodemod.render_kubelet_config(lay, ca=ca.cert_path, serving_cert=serving.cert,
+                                            serving_key=serving.key, gates=gates)
+        nodemod.write_node_files(lay, bins, st.pause_image, cfg)
+        write_kubeconfig(lay.kubelet_kubeconfig, server=st.server, ca=ca.cert_path,
+                         cert=client.cert, key=client.key, cluster=st.name,
+                         user=f"system:node:{lay.name}")
+        _kubeconfig_for(lay.plugin_kubeconfig, st, ca, plugin, f"fakegpu-plugin:{lay.name}")
+        st.cgroups.append(lay.cgroup_root)
+        st.save()
+        cleanup.create_cgroup(lay.cgroup_root)
+
+    def _start_kubelet(self, st: ClusterState, lay: NodeLayout, bins: NodeBinaries) -> None:
+        rec = nodemod.start_kubelet(lay, bins)
+        st.processes[rec.name] = rec
+        st.save()
+
+    def _wait_ready(self, st: ClusterState, lay: NodeLayout) -> None:
+        rec = st.processes[f"kubelet/{lay.name}"]
+        wait_until(f"node {lay.name} Ready (kubelet)", lambda: node_ready(st, lay.name),
+                   self.policy, watch=[rec, st.processes[f"containerd/{lay.name}"]])
+
+    def _start_plugin(self, st: ClusterState, lay: NodeLayout, env: dict[str, str]) -> None:
+        (lay.root / "plugin.env").write_text(json.dumps(env))  # start_node needs it again
+        rec = nodemod.start_plugin(lay, st.driver, env)
+        st.processes[rec.name] = rec
+        st.save()
+
+    def _wait_slices(self, st: ClusterState, lay: NodeLayout) -> None:
+        rec = st.processes[f"plugin/{lay.name}"]
+        wait_until(f"ResourceSlices of node {lay.name} (fakegpu plugin)",
+                   lambda: bool(node_slices(st, lay.name)), self.policy, watch=[rec])
+
+    # --- protocol: down -----------------------------------------------------------------------
+
+    def down(self, name: str) -> None:
+        validate_name(name)
+        root = clusters_dir() / name
+        st: ClusterState | None = None
+        with contextlib.suppress(Exception):
+            st = ClusterState.load(root)
+        if st is not None:
+            self._stop_everything(st)
+        # Whatever is left (no state, a killed `up`): anything still running from our dir.
+        own = os.getpid()
+        stray = pids_matching(lambda argv: any(str(root) + "/" in a or a == str(root)
+                                               for a in argv))
+        kill_pids([p for p in stray if p != own])
+        cleanup.unmount_under(root)
+        if st is not None:
+            cleanup.delete_links(st.interfaces)
+            _delete_forward_rules(st.firewall)
+        for rel in self._cgroups(name, st):
+            cleanup.remove_cgroup_tree(rel)
+        _remove_host_leftovers(root, name)
+        cleanup.unmount_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+    def _cgroups(self, name: str, st: ClusterState | None) -> list[str]:
+        found = set(st.cgroups if st else [])
+        pattern = re.compile(rf"^fakegpu-{re.escape(name)}-\d+$")
+        for h in cleanup.cgroup_hierarchies():
+            with contextlib.suppress(OSError):
+                found.update(f"/{d.name}" for d in h.iterdir() if pattern.match(d.name))
+        return sorted(found)
+
+    def _stop_everything(self, st: ClusterState) -> None:
+        bins = cached_binaries(st.k8s_version)
+        for n in st.nodes:
+            lay = st.layout(n)
+            for comp in ("plugin", "kubelet"):
+                rec = st.processes.get(f"{comp}/{n.name}")
+                if rec:
+                    terminate(rec)
+            ctr = st.processes.get(f"containerd/{n.name}")
+            if bins is not None and ctr is not None and is_alive(ctr):
+                # Through CRI so CNI releases addresses and veths; then nothing is left to kill.
+                nodemod.stop_pods(lay, bins)
+            if ctr:
+                terminate(ctr)
+            kill_pids(nodemod.shim_pids(lay))
+        for comp in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            rec = st.processes.get(comp)
+            if rec:
+                terminate(rec)
+
+    # --- protocol: status / logs ----------------------------------------------------------------
+
+    def status(self, name: str) -> ClusterInfo | None:
+        validate_name(name)
+        root = clusters_dir() / name
+        try:
+            st = ClusterState.load(root)
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as err:
+            raise FakegpuError(f"cluster {name!r}: unreadable state {root / 'state.json'} "
+                               f"({err}): run `fakegpu cluster down --name {name}`") from err
+        nodes = []
+        for n in st.nodes:
+            lay = st.layout(n)
+            alive = all(is_alive(r) for c in ("containerd", "kubelet", "plugin")
+                        if (r := st.processes.get(f"{c}/{n.name}")) is not None)
+            nodes.append(NodeInfo(
+                name=n.name, role="worker", nvml_state=lay.nvml_state, cdi_dir=lay.cdi_dir,
+                plugin_state_dir=lay.plugin_state_dir, kubelet_root=lay.kubelet_root,
+                running=n.running and alive,
+            ))
+        cp_alive = {c: is_alive(r) for c in ("etcd", "kube-apiserver",
+                                             "kube-controller-manager", "kube-scheduler")
+                    if (r := st.processes.get(c)) is not None}
+        return ClusterInfo(
+            name=st.name, provider=self.name, k8s_version=st.k8s_version,
+            kubeconfig=st.kubeconfig, topology=Path(st.topology), driver_name=st.driver,
+            workload_image=st.workload_image, nodes=tuple(nodes),
+            extra={"phase": st.phase, "server": st.server, "dir": str(root),
+                   "control_plane": cp_alive,
+                   "node_ips": {n.name: st.layout(n).ip for n in st.nodes}},
+        )
+
+    def healthy(self, name: str) -> bool:
+        """Ready phase, every recorded process alive, apiserver answering."""
+        info = self.status(name)
+        if info is None or info.extra.get("phase") != "ready":
+            return False
+        if not all(info.extra.get("control_plane", {}).values()):
+            return False
+        if not all(n.running for n in info.nodes):
+            return False
+        st = ClusterState.load(clusters_dir() / name)
+        try:
+            return all(node_ready(st, n.name) for n in st.nodes)
+        except Exception:
+            return False
+
+    def logs(self, name: str, out: Path) -> list[Path]:
+        validate_name(name)
+        root = clusters_dir() / name
+        if not root.is_dir():
+            raise InvalidInput(f"no cluster {name!r} (nothing at {root})")
+        out.mkdir(parents=True, exist_ok=True)
+        st = None
+        with contextlib.suppress(Exception):
+            st = ClusterState.load(root)
+        # n<i> -> node name, so the copies are named as the user knows the nodes.
+        names = {f"n{n.index}": n.name for n in st.nodes} if st else {}
+        written = []
+        for log in sorted(root.glob("*/logs/*.log")):
+            owner = log.parent.parent.name
+            dest = out / names.get(owner, owner) / log.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, dest)
+            written.append(dest)
+        for pod_log in sorted(root.glob("n*/pods/**/*.log")):
+            rel = pod_log.relative_to(root)
+            dest = out / names.get(rel.parts[0], rel.parts[0]) / Path(*rel.parts[1:])
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pod_log, dest)
+            written.append(dest)
+        bins = cached_binaries(st.k8s_version) if st else None
+        if st is not None and bins is not None:
+            for what, args in (("objects.txt", ["get", "nodes,pods,resourceclaims,"
+                                                "resourceslices,deviceclasses", "-A", "-o",
+                                                "wide"]),
+                               ("events.txt", ["get", "events", "-A"])):
+                with contextlib.suppress(Exception):
+                    res = kubectl(st, bins, args, check=False, timeout=30)
+                    (out / what).write_text(res.stdout + res.stderr)
+                    written.append(out / what)
+        return written
+
+    # --- protocol: stop_node / start_node -------------------------------------------------------
+
+    def stop_node(self, name: str, node: str) -> None:
+        st = self._load_ready(name)
+        n = st.node(node)
+        for comp in ("plugin", "kubelet", "containerd"):
+            rec = st.processes.get(f"{comp}/{node}")
+            if rec:
+                terminate(rec)
+        n.running = False
+        st.save()
+
+    def start_node(self, name: str, node: str) -> None:
+        st = self._load_ready(name)
+        n = st.node(node)
+        lay = st.layout(n)
+        bins = cached_binaries(st.k8s_version)
+        if bins is None:
+            raise MissingPrerequisite(f"Kubernetes {st.k8s_version} binaries are no longer "
+                                      "cached: run `fakegpu cluster binaries` or recreate")
+        if not is_alive(ctr := st.processes.get(f"containerd/{node}", _DEAD)):
+            del ctr
+            st.processes[f"containerd/{node}"] = nodemod.start_containerd(lay, bins, self.policy)
+            st.save()
+        if not is_alive(st.processes.get(f"kubelet/{node}", _DEAD)):
+            self._start_kubelet(st, lay, bins)
+        self._wait_ready(st, lay)
+        if not is_alive(st.processes.get(f"plugin/{node}", _DEAD)):
+            env = json.loads((lay.root / "plugin.env").read_text())
+            self._start_plugin(st, lay, env)
+        if n.has_gpus:
+            self._wait_slices(st, lay)
+        n.running = True
+        st.save()
+
+    def _load_ready(self, name: str) -> ClusterState:
+        validate_name(name)
+        try:
+            return ClusterState.load(clusters_dir() / name)
+        except FileNotFoundError:
+            raise InvalidInput(f"no cluster {name!r}: run `fakegpu cluster up --name "
+                               f"{name}`") from None
+
+
+_DEAD = ProcessRecord("none", 0, -1, "", Path("/dev/null"))
+
+PLUGIN_GROUP = "fakegpu:plugins"
+# What the real GPU driver's service account may do, given to the plugins' group.
+_PLUGIN_RBAC = f"""\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: fakegpu-plugin
+rules:
+- apiGroups: ["resource.k8s.io"]
+  resources: ["*"]
+  verbs: ["*"]
+- apiGroups: [""]
+  resources: ["nodes", "pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: fakegpu-plugin
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: fakegpu-plugin
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: {PLUGIN_GROUP}
+"""
+
+
+def _kubeconfig_for(path: Path, st: ClusterState, ca: CertificateAuthority, pair: CertPair,
+                    user: str) -> None:
+    write_kubeconfig(path, server=st.server, ca=ca.cert_path, cert=pair.cert, key=pair.key,
+                     cluster=st.name, user=user)
+
+
+def kubectl(st: ClusterState, bins: NodeBinaries, args: list[str], *, check: bool = True,
+            timeout: float = 60.0, input_text: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    return run([str(bins.kubectl), f"--kubeconfig={st.kubeconfig}", *args], check=check,
+               timeout=timeout, input_text=input_text)
+
+
+def cached_binaries(version: str) -> NodeBinaries | None:
+    from fakegpu.cluster import binaries
+
+    with contextlib.suppress(Exception):
+        found: NodeBinaries | None = binaries.cached(version)
+        return found
+    return None
+
+
+def _delete_forward_rules(rules: list[list[str]]) -> None:
+    if not rules or shutil.which("iptables") is None:
+        return
+    for rule in rules:
+        # -D removes one copy per call: repeat until none is left (idempotent down).
+        for _ in range(10):
+            if run(["iptables", "-w", "5", "-D", "FORWARD", *rule], timeout=30,
+                   check=False).returncode != 0:
+                break
+
+
+def _remove_host_leftovers(root: Path, name: str) -> None:
+    """Files outside the cluster dir that the kubelets and CNI write on the host's paths."""
+    containers = Path("/var/log/containers")
+    if containers.is_dir():
+        for link in containers.iterdir():
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and os.readlink(link).startswith(str(root) + "/"):
+                    link.unlink()
+    results = Path("/var/lib/cni/results")
+    if results.is_dir():
+        pattern = re.compile(rf"^fakegpu-{re.escape(name)}-\d+-")
+        for f in results.iterdir():
+            if pattern.match(f.name):
+                with contextlib.suppress(OSError):
+                    f.unlink()

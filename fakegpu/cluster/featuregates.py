@@ -1,0 +1,90 @@
+"""DRA feature gates and resource.k8s.io API versions per Kubernetes minor release.
+
+Pure data and functions: the same answer goes to the apiserver, scheduler, controller-manager
+and kubelet, so all four agree on what DRA can do. Facts: REFERENCE.md section 2; for 1.37, checked
+by starting the built v1.37.2 kube-apiserver with each gate and each API version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fakegpu.errors import InvalidInput
+
+# The Kubernetes minors this table knows. Older ones lack resource.k8s.io/v1beta1 entirely.
+MIN_MINOR = 32
+MAX_MINOR = 37
+
+
+@dataclass(frozen=True)
+class _Gate:
+    name: str
+    first: int  # first minor where the gate exists
+    last: int | None = None  # last minor where it can still be set (None: still there)
+
+
+# Every DRA-related gate we turn on, with the minors in which the gate can be named. A gate that
+# went GA stays settable (to true, with a warning) for a few releases; naming it after its removal
+# is a startup error, so `last` bounds it once a release drops one. Checked for 1.37 on the built
+# v1.37.2 kube-apiserver: every gate below is still accepted (the GA ones with a warning).
+_GATES: tuple[_Gate, ...] = (
+    _Gate("DynamicResourceAllocation", 32),
+    _Gate("DRAAdminAccess", 32),
+    _Gate("DRAResourceClaimDeviceStatus", 32),
+    _Gate("ResourceHealthStatus", 32),
+    _Gate("DRAPrioritizedList", 33),
+    _Gate("DRAPartitionableDevices", 33),
+    _Gate("DRADeviceTaints", 33),
+    _Gate("DRAExtendedResource", 34),
+    _Gate("DRAConsumableCapacity", 34),
+    _Gate("DRADeviceTaintRules", 35),
+)
+
+# resource.k8s.io versions to switch on (all served ones besides the default v1), per minor.
+_API_VERSIONS: dict[int, tuple[str, ...]] = {
+    32: ("v1alpha3", "v1beta1"),
+    33: ("v1alpha3", "v1beta1", "v1beta2"),
+    34: ("v1alpha3", "v1beta1", "v1beta2"),
+    35: ("v1alpha3", "v1beta1", "v1beta2"),
+    36: ("v1alpha3", "v1beta1", "v1beta2"),
+    37: ("v1alpha3", "v1beta1", "v1beta2"),
+}
+
+
+def parse_minor(version: str) -> int:
+    """``"1.37"``, ``"1.37.2"`` or ``"v1.37.2"`` -> 37; anything else is InvalidInput."""
+    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", version.strip())
+    if not m:
+        raise InvalidInput(f"not a Kubernetes version: {version!r} (expected 1.N or 1.N.P)")
+    return int(m.group(1))
+
+
+def _check_minor(minor: int) -> None:
+    if not MIN_MINOR <= minor <= MAX_MINOR:
+        raise InvalidInput(
+            f"Kubernetes 1.{minor} is not supported for DRA here "
+            f"(supported: 1.{MIN_MINOR} to 1.{MAX_MINOR})"
+        )
+
+
+def dra_gates(minor: int) -> dict[str, bool]:
+    """Every DRA gate that exists in ``1.<minor>``, all enabled."""
+    _check_minor(minor)
+    return {
+        g.name: True
+        for g in _GATES
+        if g.first <= minor and (g.last is None or minor <= g.last)
+    }
+
+
+def runtime_config(minor: int) -> dict[str, bool]:
+    """``--runtime-config`` entries enabling every served resource.k8s.io version."""
+    _check_minor(minor)
+    return {f"resource.k8s.io/{v}": True for v in _API_VERSIONS[minor]}
+
+
+def format_map(values: Mapping[str, bool]) -> str:
+    """``{"B": True, "A": False}`` -> ``"A=false,B=true"`` (sorted: stable command lines)."""
+    return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(values.items()))
