@@ -284,10 +284,15 @@ def _demo(args: argparse.Namespace) -> int:
                   soft_wrap=True)
     console.print("\nTry it:")
     console.print(f"  export KUBECONFIG={info.kubeconfig}")
+    # The cluster's own kubectl matches its version; a fresh host may have none on PATH.
+    console.print(f"  export PATH={bins.kubectl.parent}:$PATH")
     console.print("  kubectl get nodes")
     console.print("  kubectl get resourceslices")
     console.print(f"  kubectl get resourceclaims; kubectl logs {DEMO_POD}")
     console.print(f"  kubectl exec {DEMO_POD} -- env | grep NVIDIA")
+    state = info.node(node).nvml_state
+    console.print(f"  fakegpu smi --state {state}   # that node's GPUs, as NVML reports them",
+                  soft_wrap=True)
     down = "fakegpu cluster down" + ("" if name == DEFAULT_NAME else f" --name {name}")
     console.print(f"  {down}   # remove everything")
     if "NVIDIA_VISIBLE_DEVICES=" not in log:
