@@ -1,0 +1,209 @@
+"""resource.k8s.io for suites: the served version, generic access, and manifest builders.
+
+The API moved from v1beta1 (flat requests) to v1beta2/v1 (requests under ``exactly``); the
+builders take the served version so one suite runs on every supported Kubernetes release.
+Objects stay plain dicts: the shape the apiserver returns, with no generated model in between
+that lags behind new fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as kclient
+from kubernetes.client.exceptions import ApiException
+
+from fakegpu.errors import FakegpuError
+
+from .k8s import _TRANSIENT, is_transient_api_error, served_version
+from .wait import NotYet, wait_for
+
+GROUP = "resource.k8s.io"
+
+
+class ResourceApi:
+    """CRUD on resource.k8s.io objects at the version the apiserver prefers."""
+
+    def __init__(self, api: Any, version: str | None = None) -> None:
+        self.version = version or served_version(api, GROUP)
+        self._objects = kclient.CustomObjectsApi(api)
+
+    @property
+    def api_version(self) -> str:
+        return f"{GROUP}/{self.version}"
+
+    def create(self, plural: str, body: Mapping[str, Any], namespace: str | None = None
+               ) -> dict[str, Any]:
+        body = {"apiVersion": self.api_version, **body}
+        if namespace is None:
+            out: Any = self._objects.create_cluster_custom_object(GROUP, self.version, plural, body)
+        else:
+            out = self._objects.create_namespaced_custom_object(
+                GROUP, self.version, namespace, plural, body)
+        return dict(out)
+
+    def get(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if namespace is None:
+            out: Any = self._objects.get_cluster_custom_object(GROUP, self.version, plural, name)
+        else:
+            out = self._objects.get_namespaced_custom_object(
+                GROUP, self.version, namespace, plural, name)
+        return dict(out)
+
+    def items(self, plural: str, namespace: str | None = None, **kwargs: Any
+             ) -> list[dict[str, Any]]:
+        if namespace is None:
+            out: Any = self._objects.list_cluster_custom_object(
+                GROUP, self.version, plural, **kwargs)
+        else:
+            out = self._objects.list_namespaced_custom_object(
+                GROUP, self.version, namespace, plural, **kwargs)
+        return [dict(item) for item in out.get("items", [])]
+
+    def delete(self, plural: str, name: str, namespace: str | None = None) -> None:
+        try:
+            if namespace is None:
+                self._objects.delete_cluster_custom_object(GROUP, self.version, plural, name)
+            else:
+                self._objects.delete_namespaced_custom_object(
+                    GROUP, self.version, namespace, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    # --- conveniences ---------------------------------------------------------------------------
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.get("resourceclaims", name, namespace)
+
+    def slices(self, driver: str | None = None, node: str | None = None) -> list[dict[str, Any]]:
+        selectors = []
+        if driver:
+            selectors.append(f"spec.driver={driver}")
+        if node:
+            selectors.append(f"spec.nodeName={node}")
+        kwargs = {"field_selector": ",".join(selectors)} if selectors else {}
+        return self.items("resourceslices", **kwargs)
+
+    def device_classes(self) -> list[str]:
+        return [c["metadata"]["name"] for c in self.items("deviceclasses")]
+
+    def wait_allocated(self, namespace: str, name: str, *, timeout: float = 120.0
+                       ) -> dict[str, Any]:
+        """Wait until the claim exists and has ``status.allocation``; return the claim."""
+
+        def allocated() -> dict[str, Any]:
+            try:
+                claim = self.claim(namespace, name)
+            except ApiException as err:
+                if err.status == 404:
+                    raise NotYet(f"claim {namespace}/{name} does not exist yet") from err
+                raise
+            if not (claim.get("status") or {}).get("allocation"):
+                raise NotYet(f"claim {namespace}/{name} not allocated: {claim.get('status')}")
+            return claim
+
+        return wait_for(allocated, what=f"claim {namespace}/{name} to be allocated",
+                        timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+    # --- builders at this API version ----------------------------------------------------------
+
+    def device_request(self, name: str, device_class: str, *, count: int = 1,
+                       cel: Sequence[str] = ()) -> dict[str, Any]:
+        return device_request(self.version, name, device_class, count=count, cel=cel)
+
+    def claim_template(self, name: str, requests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name},
+                "spec": {"spec": {"devices": {"requests": [dict(r) for r in requests]}}}}
+
+    def claim_manifest(self, name: str, requests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": [dict(r) for r in requests]}}}
+
+
+def device_request(version: str, name: str, device_class: str, *, count: int = 1,
+                   cel: Sequence[str] = ()) -> dict[str, Any]:
+    """A request for exactly ``count`` devices of ``device_class`` matching every CEL selector."""
+    spec: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                            "count": count}
+    if cel:
+        spec["selectors"] = [{"cel": {"expression": expr}} for expr in cel]
+    if version == "v1beta1" or version.startswith("v1alpha"):
+        return {"name": name, **spec}
+    return {"name": name, "exactly": spec}
+
+
+def cel_string(value: str) -> str:
+    """A CEL string literal for ``value`` (quotes and backslashes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One entry of ``pod.spec.resourceClaims``: from a template, or an existing claim."""
+
+    name: str
+    template: str | None = None
+    claim: str | None = None
+
+    def manifest(self) -> dict[str, str]:
+        if (self.template is None) == (self.claim is None):
+            raise ValueError("a pod claim names exactly one of template or claim")
+        if self.template is not None:
+            return {"name": self.name, "resourceClaimTemplateName": self.template}
+        return {"name": self.name, "resourceClaimName": str(self.claim)}
+
+
+def pod_manifest(name: str, image: str, command: Sequence[str], claims: Sequence[PodClaim] = (),
+                 *, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A one-container pod using ``claims``; it never pulls (nothing can be pulled here)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {
+            "restartPolicy": "Never",
+            # A shell or sleep as PID 1 ignores SIGTERM: do not wait out the default 30s.
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [c.manifest() for c in claims],
+            "containers": [{
+                "name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                "command": list(command),
+                "resources": {"claims": [{"name": c.name} for c in claims]},
+            }],
+        },
+    }
+
+
+def pod_claim_name(pod: Any, pod_claim: str) -> str:
+    """The ResourceClaim a pod's ``resourceClaims[name=pod_claim]`` resolved to."""
+    spec_claims = {c.name: c for c in pod.spec.resource_claims or ()}
+    direct = spec_claims.get(pod_claim)
+    if direct is not None and direct.resource_claim_name:
+        return str(direct.resource_claim_name)
+    for status in pod.status.resource_claim_statuses or ():
+        if status.name == pod_claim and status.resource_claim_name:
+            return str(status.resource_claim_name)
+    raise FakegpuError(f"pod {pod.metadata.namespace}/{pod.metadata.name} has no claim "
+                       f"generated for {pod_claim!r} yet")
+
+
+def allocation_results(claim: Mapping[str, Any], driver: str | None = None
+                       ) -> list[dict[str, Any]]:
+    """``status.allocation.devices.results`` of a claim (only ``driver``'s, when given)."""
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    results = [dict(r) for r in (alloc.get("devices") or {}).get("results") or []]
+    return [r for r in results if driver is None or r.get("driver") == driver]
+
+
+def allocated_node(claim: Mapping[str, Any]) -> str | None:
+    """The node a claim's allocation is pinned to (from its nodeSelector), if any."""
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    for term in (alloc.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == "metadata.name" and field.get("values"):
+                return str(field["values"][0])
+    return None

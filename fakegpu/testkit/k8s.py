@@ -1,0 +1,332 @@
+"""Kubernetes helpers for suites: client, namespaces, pod waits, exec, logs, manifests, diagnostics.
+
+Everything takes an explicit client (no global kubeconfig state), so two clusters can be driven
+from one process and nothing is read from the environment at import time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as kclient
+from kubernetes import config as kconfig
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.stream import stream
+
+from fakegpu.errors import FakegpuError
+
+from .wait import NotYet, wait_for
+
+FIELD_MANAGER = "fakegpu-testkit"
+
+
+class ExecFailed(FakegpuError):
+    """A command run in a pod exited non-zero (message carries its output)."""
+
+
+class PodFailed(FakegpuError):
+    """A pod reached a terminal phase while we waited for it to run."""
+
+
+def new_api_client(kubeconfig: Path) -> Any:
+    """An ApiClient for the cluster of ``kubeconfig`` (its current context)."""
+    # The kubernetes config loader is untyped; the client it returns is an ApiClient.
+    return kconfig.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig))
+
+
+def is_transient_api_error(err: BaseException) -> bool:
+    """Errors worth retrying inside a wait: throttling, server-side trouble, connection resets."""
+    if isinstance(err, ApiException):
+        return err.status in (0, 429, 500, 502, 503, 504)
+    return isinstance(err, (ConnectionError, TimeoutError))
+
+
+_TRANSIENT: tuple[type[BaseException], ...] = (ApiException, ConnectionError, TimeoutError)
+
+
+def served_version(api: Any, group: str) -> str:
+    """The version of ``group`` the apiserver prefers (e.g. ``v1`` for resource.k8s.io on 1.34+)."""
+    groups: Any = kclient.ApisApi(api).get_api_versions()
+    for g in groups.groups:
+        if g.name == group and g.preferred_version is not None:
+            return str(g.preferred_version.version)
+    raise FakegpuError(f"the apiserver does not serve API group {group}")
+
+
+# --- namespaces ---------------------------------------------------------------------------------
+
+
+def create_namespace(
+    core: kclient.CoreV1Api, prefix: str = "fakegpu-e2e", labels: Mapping[str, str] | None = None
+) -> str:
+    """Create a uniquely named namespace and return its name."""
+    # A random suffix instead of generateName: the name is known before the call, so a retry
+    # after a lost response cannot leak a second namespace.
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    body = kclient.V1Namespace(
+        metadata=kclient.V1ObjectMeta(name=name, labels=dict(labels or {})))
+    core.create_namespace(body)
+    return name
+
+
+def delete_namespace(core: kclient.CoreV1Api, name: str, *, timeout: float = 180.0) -> None:
+    """Delete a namespace and wait until it is gone (pods terminated, claims unprepared)."""
+    try:
+        core.delete_namespace(name, propagation_policy="Foreground")
+    except ApiException as err:
+        if err.status == 404:
+            return
+        raise
+
+    def gone() -> None:
+        try:
+            ns: Any = core.read_namespace(name)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        pods: list[Any] = core.list_namespaced_pod(name).items
+        raise NotYet(f"namespace {name} phase {ns.status.phase}, {len(pods)} pod(s) left: "
+                     + ", ".join(f"{p.metadata.name}={p.status.phase}" for p in pods))
+
+    wait_for(gone, what=f"namespace {name} to be deleted", timeout=timeout, interval=2.0,
+             transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+# --- pods ---------------------------------------------------------------------------------------
+
+
+def read_pod(core: kclient.CoreV1Api, namespace: str, name: str) -> Any:
+    return core.read_namespaced_pod(name, namespace)
+
+
+def pod_condition(pod: Any, ctype: str) -> Any | None:
+    for cond in pod.status.conditions or ():
+        if cond.type == ctype:
+            return cond
+    return None
+
+
+def _pod_state(pod: Any) -> str:
+    parts = [f"phase={pod.status.phase}"]
+    for cond in pod.status.conditions or ():
+        if cond.status != "True":
+            parts.append(f"{cond.type}={cond.status}({cond.reason}: {cond.message})")
+    for cs in pod.status.container_statuses or ():
+        waiting = cs.state.waiting if cs.state else None
+        if waiting is not None:
+            parts.append(f"{cs.name} waiting {waiting.reason}: {waiting.message}")
+    return " ".join(parts)
+
+
+def wait_pod_running(
+    core: kclient.CoreV1Api, namespace: str, name: str, *, timeout: float = 180.0
+) -> Any:
+    """Wait until the pod is Running with all containers ready; a terminal phase fails at once."""
+
+    def running() -> Any:
+        pod = read_pod(core, namespace, name)
+        phase = pod.status.phase
+        if phase in ("Failed", "Succeeded"):
+            raise PodFailed(f"pod {namespace}/{name} ended ({_pod_state(pod)}) instead of running")
+        ready = pod_condition(pod, "Ready")
+        if phase == "Running" and ready is not None and ready.status == "True":
+            return pod
+        raise NotYet(_pod_state(pod))
+
+    return wait_for(running, what=f"pod {namespace}/{name} to run", timeout=timeout,
+                    interval=1.0, transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+def wait_pod_condition(
+    core: kclient.CoreV1Api,
+    namespace: str,
+    name: str,
+    ctype: str,
+    status: str,
+    *,
+    timeout: float = 120.0,
+) -> Any:
+    """Wait until the pod has condition ``ctype`` with ``status``; return the pod."""
+
+    def has() -> Any:
+        pod = read_pod(core, namespace, name)
+        cond = pod_condition(pod, ctype)
+        if cond is not None and cond.status == status:
+            return pod
+        raise NotYet(_pod_state(pod))
+
+    return wait_for(has, what=f"pod {namespace}/{name} condition {ctype}={status}",
+                    timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+def wait_pod_gone(
+    core: kclient.CoreV1Api, namespace: str, name: str, *, timeout: float = 120.0
+) -> None:
+    def gone() -> None:
+        try:
+            pod = read_pod(core, namespace, name)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        raise NotYet(_pod_state(pod))
+
+    wait_for(gone, what=f"pod {namespace}/{name} to be deleted", timeout=timeout,
+             transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+def pod_log(core: kclient.CoreV1Api, namespace: str, name: str,
+            container: str | None = None) -> str:
+    kwargs: dict[str, Any] = {"container": container} if container else {}
+    return str(core.read_namespaced_pod_log(name, namespace, **kwargs))
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def exec_in_pod(
+    core: kclient.CoreV1Api,
+    namespace: str,
+    name: str,
+    command: Sequence[str],
+    *,
+    container: str | None = None,
+    timeout: float = 60.0,
+    check: bool = True,
+) -> ExecResult:
+    """Run ``command`` in the pod through the apiserver's exec stream (as kubectl exec does)."""
+    kwargs: dict[str, Any] = {"container": container} if container else {}
+    resp = stream(core.connect_get_namespaced_pod_exec, name, namespace, command=list(command),
+                  stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False,
+                  **kwargs)
+    try:
+        # run_forever buffers every frame per channel until the command ends (or the timeout),
+        # so large outputs are read whole afterwards.
+        resp.run_forever(timeout=timeout)
+        finished = not resp.is_open()
+        stdout = str(resp.read_stdout(timeout=0))
+        stderr = str(resp.read_stderr(timeout=0))
+        code = resp.returncode if finished else None
+    finally:
+        resp.close()
+    if code is None:
+        raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} did not finish "
+                         f"within {timeout:.0f}s; output so far: {stdout.strip()[-500:]}")
+    result = ExecResult(int(code), stdout, stderr)
+    if check and result.returncode != 0:
+        raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} exited "
+                         f"{result.returncode}: {result.stderr.strip() or result.stdout.strip()}")
+    return result
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """Parse the output of ``env`` (one NAME=value per line) into a dict."""
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name and name.replace("_", "").isalnum():
+            env[name] = value
+    return env
+
+
+# --- manifests ----------------------------------------------------------------------------------
+
+
+def load_manifests(source: str | Path | Mapping[str, Any] | Iterable[Mapping[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    """Objects from YAML text, a YAML file, one dict or several dicts (empty documents dropped)."""
+    if isinstance(source, Path):
+        docs: Iterable[Any] = list(yaml.safe_load_all(source.read_text()))
+    elif isinstance(source, str):
+        docs = list(yaml.safe_load_all(source))
+    elif isinstance(source, Mapping):
+        docs = [source]
+    else:
+        docs = list(source)
+    objs = [dict(d) for d in docs if d]
+    for obj in objs:
+        if "apiVersion" not in obj or "kind" not in obj or "name" not in obj.get("metadata", {}):
+            raise FakegpuError(f"manifest lacks apiVersion, kind or metadata.name: {obj!r:.200}")
+    return objs
+
+
+def apply_manifests(
+    api: Any,
+    source: str | Path | Mapping[str, Any] | Iterable[Mapping[str, Any]],
+    *,
+    namespace: str | None = None,
+) -> list[dict[str, Any]]:
+    """Server-side apply each object (idempotent, like ``kubectl apply --server-side``)."""
+    dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
+    applied: list[dict[str, Any]] = []
+    for obj in load_manifests(source):
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        ns = (obj["metadata"].get("namespace") or namespace) if res.namespaced else None
+        out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=ns,
+                                    field_manager=FIELD_MANAGER, force_conflicts=True)
+        applied.append(out.to_dict())
+    return applied
+
+
+# --- diagnostics (attached to failing e2e reports) ----------------------------------------------
+
+
+def describe_events(core: kclient.CoreV1Api, namespace: str) -> str:
+    """The namespace's events, oldest first, one line each (like ``kubectl get events``)."""
+    events: list[Any] = core.list_namespaced_event(namespace).items
+
+    def when(ev: Any) -> datetime:
+        t = (ev.last_timestamp or ev.event_time or ev.first_timestamp
+             or ev.metadata.creation_timestamp)
+        return t if isinstance(t, datetime) else datetime.min.replace(tzinfo=UTC)
+
+    lines = []
+    for ev in sorted(events, key=when):
+        obj = ev.involved_object
+        lines.append(f"{when(ev).isoformat()} {ev.type} {ev.reason} {obj.kind}/{obj.name} "
+                     f"(x{ev.count or 1}): {ev.message}")
+    return "\n".join(lines) or f"(no events in namespace {namespace})"
+
+
+def describe_pods(core: kclient.CoreV1Api, namespace: str) -> str:
+    """Each pod's node, phase, conditions, container states and claims, in a few lines."""
+    out: list[str] = []
+    pods: list[Any] = core.list_namespaced_pod(namespace).items
+    for pod in pods:
+        st = pod.status
+        out.append(f"pod {pod.metadata.name}: node={pod.spec.node_name} phase={st.phase}")
+        for cond in st.conditions or ():
+            out.append(f"  condition {cond.type}={cond.status} reason={cond.reason} "
+                       f"message={cond.message}")
+        for cs in st.container_statuses or ():
+            out.append(f"  container {cs.name}: ready={cs.ready} restarts={cs.restart_count} "
+                       f"state={_container_state(cs.state)}")
+        for rc in st.resource_claim_statuses or ():
+            out.append(f"  claim {rc.name} -> {rc.resource_claim_name}")
+    return "\n".join(out) or f"(no pods in namespace {namespace})"
+
+
+def _container_state(state: Any) -> str:
+    if state is None:
+        return "unknown"
+    if state.running is not None:
+        return f"running since {state.running.started_at}"
+    if state.waiting is not None:
+        return f"waiting {state.waiting.reason}: {state.waiting.message}"
+    if state.terminated is not None:
+        t = state.terminated
+        return f"terminated {t.reason} exit={t.exit_code}: {t.message}"
+    return "unknown"

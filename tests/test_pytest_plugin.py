@@ -1,0 +1,477 @@
+"""The fakegpu pytest plugin, run for real with pytester.
+
+Runs that need a cluster use a tiny fake provider installed by the inner run's conftest
+(monkeypatching ``fakegpu.cluster.get_provider``, through which the plugin resolves providers)
+and a fake apiserver over HTTP, so the plugin's real code paths run: the kubernetes client,
+namespace creation and deletion, event and pod gathering. The conftest also states the host
+prerequisites as present, so these runs behave the same on any host; the prerequisite decision
+itself is tested in tests/testkit/test_testkit_prereq.py, and the one skip path below runs
+against a prerequisite that is truly absent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+# --- a fake apiserver: the handful of endpoints the plugin uses ---------------------------------
+
+
+class FakeApiserver(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.namespaces: set[str] = set()
+        self.deleted: list[str] = []
+        self.nodes: list[str] = ["node-0", "node-1"]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeApiserver
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _not_found(self) -> None:
+        self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                         "reason": "NotFound", "code": 404, "message": f"{self.path} not found"})
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0] == "/api/v1/namespaces":
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.server.namespaces.add(body["metadata"]["name"])
+            self._send(201, body)
+        else:
+            self._not_found()
+
+    def do_DELETE(self) -> None:
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 4:
+            self.server.namespaces.discard(parts[3])
+            self.server.deleted.append(parts[3])
+            self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        else:
+            self._not_found()
+
+    def do_GET(self) -> None:
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if parts == ["api", "v1", "nodes"]:
+            self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [
+                {"metadata": {"name": n},
+                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+                for n in self.server.nodes]})
+        elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 4:
+            if parts[3] in self.server.namespaces:
+                self._send(200, {"kind": "Namespace", "apiVersion": "v1",
+                                 "metadata": {"name": parts[3]}, "status": {"phase": "Active"}})
+            else:
+                self._not_found()
+        elif parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["events"]:
+            ns = parts[3]
+            self._send(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": [{
+                "metadata": {"name": "ev1", "namespace": ns},
+                "involvedObject": {"kind": "Pod", "name": "greedy", "namespace": ns},
+                "reason": "FailedScheduling", "type": "Warning", "count": 3,
+                "message": "0/2 nodes are available: 2 cannot allocate all claims.",
+                "lastTimestamp": "2025-01-01T00:00:00Z"}]})
+        elif parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
+            ns = parts[3]
+            self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [{
+                "metadata": {"name": "greedy", "namespace": ns},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+                "status": {"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "cannot allocate all claims"}]}}]})
+        else:
+            self._not_found()
+
+
+@pytest.fixture
+def apiserver() -> Iterator[FakeApiserver]:
+    server = FakeApiserver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+# --- the inner run's conftest: a fake provider -------------------------------------------------
+
+FAKE_PROVIDER_CONFTEST = '''
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+import fakegpu.cluster
+from fakegpu.cluster.provider import ClusterInfo, NodeInfo
+from fakegpu.errors import FakegpuError
+from fakegpu.testkit import prereq
+
+HERE = Path(__file__).parent
+CALLS = HERE / "calls.jsonl"
+SETTINGS = json.loads((HERE / "fake.json").read_text())
+
+
+def record(*call):
+    with CALLS.open("a") as f:
+        f.write(json.dumps(list(call)) + "\\n")
+
+
+def info(name, topology, version):
+    kubeconfig = HERE / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\\nkind: Config\\ncurrent-context: c\\n"
+        f"clusters: [{{name: c, cluster: {{server: '{SETTINGS['url']}'}}}}]\\n"
+        "users: [{name: u, user: {}}]\\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\\n")
+    nodes = tuple(NodeInfo(n, "worker", None, None, None, None) for n in ("node-0", "node-1"))
+    return ClusterInfo(name=name, provider="embedded", k8s_version=version or "1.37.2",
+                       kubeconfig=kubeconfig, topology=Path(topology),
+                       driver_name="gpu.fakegpu.dev", workload_image="busybox:local", nodes=nodes)
+
+
+class FakeProvider:
+    name = "embedded"
+
+    def up(self, name, topology, k8s_version):
+        record("up", name, str(topology), k8s_version)
+        time.sleep(SETTINGS.get("up_seconds", 0))
+        if SETTINGS.get("fail_up"):
+            err = FakegpuError("kube-apiserver exited 1: boom")
+            err.add_note("last lines of output: etcd unreachable")
+            raise err
+        return info(name, topology, k8s_version)
+
+    def down(self, name):
+        record("down", name)
+
+    def status(self, name):
+        record("status", name)
+        running = SETTINGS.get("running")
+        return info(name, running, None) if running else None
+
+    def logs(self, name, out):
+        record("logs", name)
+        out.mkdir(parents=True, exist_ok=True)
+        files = []
+        for component in ("kube-apiserver", "kubelet-node-0"):
+            f = out / f"{component}.log"
+            f.write_text(f"{component} log line\\n")
+            files.append(f)
+        return files
+
+    def stop_node(self, name, node):
+        raise NotImplementedError
+
+    def start_node(self, name, node):
+        raise NotImplementedError
+
+
+_patches = pytest.MonkeyPatch()
+
+
+def pytest_configure(config):
+    _patches.setattr(fakegpu.cluster, "get_provider", lambda name: FakeProvider(),
+                     raising=False)
+    # These runs test the plugin, not the host: state the prerequisites as present.
+    _patches.setattr(prereq, "probe_host", lambda provider, version: prereq.HostFacts(
+        is_root=True, go="/usr/bin/go", binaries_cached=True, docker=None))
+
+
+def pytest_unconfigure(config):
+    _patches.undo()
+'''
+
+E2E_TESTS = '''
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_fails(namespace, fakegpu_cluster):
+    assert namespace.startswith("e2e-test-fails-")
+    assert fakegpu_cluster.driver_name == "gpu.fakegpu.dev"
+    assert False, "deliberate failure"
+
+
+def test_passes(namespace, core_v1):
+    assert core_v1.read_namespace(namespace).metadata.name == namespace
+'''
+
+UNIT_TEST = '''
+def test_unit():
+    assert True
+'''
+
+
+def _fake_setup(pytester: pytest.Pytester, apiserver: FakeApiserver, **settings: Any) -> Path:
+    pytester.makeconftest(FAKE_PROVIDER_CONFTEST)
+    (pytester.path / "fake.json").write_text(json.dumps({"url": apiserver.url, **settings}))
+    topology = pytester.path / "topo.yaml"
+    topology.write_text("name: fake\n")
+    return topology
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    # In a subprocess, as CI runs pytest: an in-process run would drop the kubernetes client's
+    # modules imported during the run (pytester restores sys.modules), and its pydantic models
+    # then no longer match their own classes in the next run.
+    return pytester.runpytest_subprocess(*args)
+
+
+def _calls(pytester: pytest.Pytester) -> list[list[Any]]:
+    path = pytester.path / "calls.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+def test_options_are_in_one_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["fakegpu end-to-end cluster:", "*--fakegpu-provider=*",
+                                 "*--k8s-version=VERSION*", "*--topology=FILE*",
+                                 "*--keep-cluster*", "*--cluster-name=NAME*"])
+
+
+def test_unsupported_k8s_version_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--k8s-version", "1.20")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--k8s-version:*'1.20' is not supported; supported: 1.34*"])
+
+
+def test_supported_k8s_version_forms_are_accepted(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(UNIT_TEST)
+    for version in ("1.34", "v1.37.2"):
+        result = pytester.runpytest("--k8s-version", version)
+        result.assert_outcomes(passed=1)
+
+
+def test_missing_topology_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--topology", "nope.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--topology: nope.yaml: no such file*"])
+
+
+def test_unknown_provider_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--fakegpu-provider", "podman")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fakegpu-provider*invalid choice*'podman'*"])
+
+
+def test_bad_cluster_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--cluster-name", "Bad_Name")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cluster-name: 'Bad_Name' must be*"])
+
+
+# --- marker -------------------------------------------------------------------------------------
+
+
+def test_e2e_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mixed=UNIT_TEST + '''
+import pytest
+
+@pytest.mark.e2e
+def test_cluster_thing():
+    pass
+''')
+    result = pytester.runpytest("--strict-markers", "-m", "not e2e")
+    result.assert_outcomes(passed=1, deselected=1)
+    # Deselected e2e tests are not "skipped": no banner, no cluster.
+    assert "E2E" not in result.stdout.str()
+    markers = pytester.runpytest("--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.e2e: end-to-end tests against a real*"])
+
+
+# --- cluster lifecycle --------------------------------------------------------------------------
+
+
+def test_no_cluster_without_e2e_tests(pytester: pytest.Pytester,
+                                      apiserver: FakeApiserver) -> None:
+    _fake_setup(pytester, apiserver)
+    pytester.makepyfile(UNIT_TEST)
+    result = _run(pytester)
+    result.assert_outcomes(passed=1)
+    assert _calls(pytester) == []
+    assert "fakegpu e2e" not in result.stdout.str()
+
+
+def test_deselected_e2e_tests_bring_up_nothing(pytester: pytest.Pytester,
+                                               apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_e2e=E2E_TESTS, test_unit=UNIT_TEST)
+    result = _run(pytester, "--topology", str(topology), "-m", "not e2e")
+    result.assert_outcomes(passed=1, deselected=2)
+    assert _calls(pytester) == []
+
+
+def test_one_cluster_per_session_and_down_at_the_end(pytester: pytest.Pytester,
+                                                     apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--k8s-version", "1.35",
+                                "--cluster-name", "ci-1")
+    result.assert_outcomes(failed=1, passed=1)
+    assert _calls(pytester) == [["up", "ci-1", str(topology), "1.35"], ["logs", "ci-1"],
+                                ["down", "ci-1"]]
+    # Each test's namespace was created and deleted.
+    assert len(apiserver.deleted) == 2 and not apiserver.namespaces
+    result.stdout.fnmatch_lines(["*fakegpu e2e: cluster ci-1 brought up (embedded, "
+                                 "Kubernetes 1.35, 2 nodes)*"])
+
+
+def test_keep_cluster_leaves_it_up(pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--keep-cluster", "-k", "passes")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert _calls(pytester) == [["status", "fakegpu-e2e"],
+                                ["up", "fakegpu-e2e", str(topology), None]]
+    result.stdout.fnmatch_lines(["*left running (--keep-cluster)*fakegpu cluster down "
+                                 "--name fakegpu-e2e*"])
+
+
+def test_keep_cluster_reuses_a_healthy_running_cluster(pytester: pytest.Pytester,
+                                                       apiserver: FakeApiserver) -> None:
+    topology = pytester.path / "topo.yaml"
+    _fake_setup(pytester, apiserver, running=str(topology))
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--keep-cluster", "-k", "passes")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert _calls(pytester) == [["status", "fakegpu-e2e"]]
+    result.stdout.fnmatch_lines(["*cluster fakegpu-e2e reused*"])
+
+
+def test_keep_cluster_refuses_a_running_cluster_that_does_not_match(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver, running="/elsewhere/other.yaml")
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--keep-cluster")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*cannot be reused: its topology is /elsewhere/other.yaml*"])
+    assert ["up", "fakegpu-e2e", str(topology), None] not in _calls(pytester)
+
+
+def test_keep_cluster_refuses_a_cluster_with_nodes_not_ready(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = pytester.path / "topo.yaml"
+    _fake_setup(pytester, apiserver, running=str(topology))
+    apiserver.nodes = ["node-0"]  # node-1 never registered
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--keep-cluster")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*node(s) node-1 are not Ready*"])
+
+
+def test_a_cluster_that_fails_to_come_up_errors_every_e2e_test(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver, fail_up=True)
+    pytester.makepyfile(test_e2e=E2E_TESTS, test_unit=UNIT_TEST)
+    result = _run(pytester, "--topology", str(topology))
+    # An error, not a skip: the unit test still passes, the e2e tests do not pass quietly.
+    result.assert_outcomes(passed=1, errors=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert [c[0] for c in _calls(pytester)] == ["up"]  # tried once for the whole session
+    result.stdout.fnmatch_lines([
+        "*kube-apiserver exited 1: boom*",
+        "*last lines of output: etcd unreachable*",
+        "*THE FAKEGPU E2E SUITE DID NOT RUN: NO CLUSTER*",
+    ])
+
+
+def test_bring_up_does_not_count_against_the_test_timeout(pytester: pytest.Pytester,
+                                                          apiserver: FakeApiserver) -> None:
+    # A cold `up` builds binaries for many minutes; pytest-timeout must not kill the first
+    # e2e test for it. Here `up` takes 6s and each test may take 4s.
+    topology = _fake_setup(pytester, apiserver, up_seconds=6)
+    pytester.makepyfile(test_quick='''
+import pytest
+
+@pytest.mark.e2e
+def test_quick(fakegpu_cluster):
+    assert fakegpu_cluster.name == "fakegpu-e2e"
+''')
+    result = _run(pytester, "--topology", str(topology), "--timeout", "4")
+    result.assert_outcomes(passed=1)
+
+
+# --- skipping, only for a missing prerequisite, loudly -------------------------------------------
+
+
+def test_kind_without_docker_skips_loudly(pytester: pytest.Pytester, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # No fake here: DOCKER_HOST names a socket nothing listens on, so for this run the Docker
+    # daemon is truly unreachable (and `docker` may be absent altogether).
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    pytester.makepyfile(test_e2e=E2E_TESTS, test_unit=UNIT_TEST)
+    result = _run(pytester, "--fakegpu-provider", "kind", "-ra")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*!!! THE FAKEGPU E2E SUITE DID NOT RUN !!!*",
+        "2 E2E TEST(S) SKIPPED. MISSING PREREQUISITE*the kind provider needs a reachable "
+        "Docker daemon*",
+        "*short test summary info*",
+        "SKIPPED [[]1[]] test_e2e.py:*: MISSING PREREQUISITE for the fakegpu e2e suite "
+        "(provider kind):*Docker*",
+    ])
+
+
+# --- diagnostics on failure ---------------------------------------------------------------------
+
+
+def test_failing_e2e_test_gets_logs_events_and_pods(pytester: pytest.Pytester,
+                                                     apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--junitxml", "junit.xml")
+    result.assert_outcomes(failed=1, passed=1)
+    out = pytester.path / "reports" / "fakegpu-e2e" / "test_e2e.py_test_fails" / "call"
+    logs = out / "logs"
+    result.stdout.fnmatch_lines([
+        "*deliberate failure*",
+        "*- fakegpu: component logs -*",
+        f"2 log file(s) of cluster fakegpu-e2e in {logs}:",
+        f"  {logs / 'kube-apiserver.log'}",
+        "*- fakegpu: events in namespace e2e-test-fails-* -*",
+        "*Warning FailedScheduling Pod/greedy (x3): 0/2 nodes are available: 2 cannot "
+        "allocate all claims.",
+        "*- fakegpu: pods in namespace e2e-test-fails-* -*",
+        "pod greedy: node=None phase=Pending",
+        "  condition PodScheduled=False reason=Unschedulable message=cannot allocate all claims",
+    ])
+    assert (logs / "kubelet-node-0.log").read_text() == "kubelet-node-0 log line\n"
+    assert "FailedScheduling" in (out / "events.txt").read_text()
+    assert "pod greedy" in (out / "pods.txt").read_text()
+    # Only the failing test gathered anything.
+    assert [c[0] for c in _calls(pytester)].count("logs") == 1
+    assert sorted(p.name for p in out.parent.parent.iterdir()) == ["test_e2e.py_test_fails"]
+    # CI finds the diagnostics through the JUnit report.
+    tree = ET.parse(pytester.path / "junit.xml")
+    props = {p.get("name"): p.get("value") for p in tree.iter("property")}
+    assert props == {"fakegpu_diagnostics": str(out)}

@@ -1,0 +1,109 @@
+"""Builders of resource.k8s.io objects and pods, and helpers reading claims and env output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakegpu.errors import FakegpuError
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocated_node,
+    allocation_results,
+    cel_string,
+    device_request,
+    pod_manifest,
+)
+from fakegpu.testkit.k8s import load_manifests, parse_env
+
+
+def test_request_shape_follows_the_api_version() -> None:
+    flat = device_request("v1beta1", "gpu", "gpu.fakegpu.dev", count=2, cel=["true"])
+    assert flat == {"name": "gpu", "deviceClassName": "gpu.fakegpu.dev",
+                    "allocationMode": "ExactCount", "count": 2,
+                    "selectors": [{"cel": {"expression": "true"}}]}
+    for version in ("v1beta2", "v1"):
+        nested = device_request(version, "gpu", "gpu.fakegpu.dev", count=2, cel=["true"])
+        assert nested == {"name": "gpu", "exactly": {k: v for k, v in flat.items()
+                                                     if k != "name"}}
+
+
+def test_request_without_selectors_has_none() -> None:
+    assert "selectors" not in device_request("v1", "gpu", "c")["exactly"]
+
+
+def test_cel_string_escapes() -> None:
+    assert cel_string("NVIDIA GB200") == "'NVIDIA GB200'"
+    assert cel_string("it's \\") == "'it\\'s \\\\'"
+
+
+def test_templates_and_claims_carry_the_served_version() -> None:
+    api = ResourceApi.__new__(ResourceApi)
+    api.version = "v1"
+    req = api.device_request("gpu", "gpu.fakegpu.dev")
+    tmpl = api.claim_template("t", [req])
+    assert tmpl["apiVersion"] == "resource.k8s.io/v1"
+    assert tmpl["spec"]["spec"]["devices"]["requests"] == [req]
+    claim = api.claim_manifest("c", [req])
+    assert claim["kind"] == "ResourceClaim" and claim["spec"]["devices"]["requests"] == [req]
+
+
+def test_pod_manifest_wires_claims_and_never_pulls() -> None:
+    pod = pod_manifest("p", "img:local", ["sleep", "1"],
+                       [PodClaim("a", template="t"), PodClaim("b", claim="c")])
+    spec = pod["spec"]
+    assert spec["resourceClaims"] == [{"name": "a", "resourceClaimTemplateName": "t"},
+                                      {"name": "b", "resourceClaimName": "c"}]
+    (container,) = spec["containers"]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["resources"]["claims"] == [{"name": "a"}, {"name": "b"}]
+
+
+def test_pod_claim_names_exactly_one_source() -> None:
+    with pytest.raises(ValueError):
+        PodClaim("a").manifest()
+    with pytest.raises(ValueError):
+        PodClaim("a", template="t", claim="c").manifest()
+
+
+def test_allocation_helpers() -> None:
+    claim: dict[str, Any] = {"status": {"allocation": {
+        "devices": {"results": [
+            {"request": "gpu", "driver": "gpu.fakegpu.dev", "pool": "n1", "device": "gpu-0"},
+            {"request": "nic", "driver": "other", "pool": "n1", "device": "nic-0"},
+        ]},
+        "nodeSelector": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]},
+    }}}
+    assert [r["device"] for r in allocation_results(claim, "gpu.fakegpu.dev")] == ["gpu-0"]
+    assert len(allocation_results(claim)) == 2
+    assert allocated_node(claim) == "n1"
+    assert allocation_results({}) == [] and allocated_node({}) is None
+
+
+def test_parse_env_keeps_values_with_equals_signs() -> None:
+    env = parse_env("A=1\nB=x=y\nnot a var line\nPATH=/bin:/usr/bin\n")
+    assert env == {"A": "1", "B": "x=y", "PATH": "/bin:/usr/bin"}
+
+
+def test_load_manifests_from_yaml_file_and_dicts(tmp_path: Path) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n"
+                 "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n")
+    assert [o["metadata"]["name"] for o in load_manifests(f)] == ["a", "b"]
+    assert load_manifests({"apiVersion": "v1", "kind": "X", "metadata": {"name": "c"}})
+    with pytest.raises(FakegpuError, match="lacks apiVersion"):
+        load_manifests("kind: ConfigMap\nmetadata: {name: a}\n")
+
+
+def test_shipped_device_classes_parse() -> None:
+    from importlib import resources
+
+    root = resources.files("fakegpu.plugin") / "manifests"
+    names = {o["metadata"]["name"]
+             for f in root.iterdir() if f.name.endswith(".yaml")
+             for o in load_manifests(f.read_text())}
+    assert "gpu.fakegpu.dev" in names
