@@ -333,10 +333,11 @@ class EmbeddedProvider:
         if os.geteuid() != 0:
             raise MissingPrerequisite("the embedded cluster needs root (mounts, cgroups, "
                                       "network interfaces): run as root")
-        for tool in ("ip", "umount"):
+        # unshare, findmnt: each kubelet runs in a mount namespace of its own (node.py).
+        for tool in ("ip", "umount", "mount", "unshare", "findmnt"):
             if shutil.which(tool) is None:
                 raise MissingPrerequisite(f"`{tool}` is not installed (apt-get install iproute2 "
-                                          "mount)")
+                                          "mount util-linux)")
         if nodes > MAX_NODES:
             raise InvalidInput(f"the topology has {nodes} nodes; the embedded cluster holds at "
                                f"most {MAX_NODES} (one address and pod subnet each)")
@@ -352,6 +353,11 @@ class EmbeddedProvider:
             raise InvalidInput(f"socket path {longest[0]} would be {longest[1]} bytes (limit "
                                f"{nodemod.MAX_SOCKET_PATH}): use a shorter ${CLUSTERS_ENV} or "
                                "cluster name")
+        # The inotify limits are per user, host-wide: at the usual default of 128 instances a
+        # few nodes use them up, and containerd's CRI plugin and the kubelets fail obscurely.
+        limits = nodemod.inotify_need(nodes, nodemod.inotify_in_use())
+        for line in nodemod.ensure_inotify(limits):
+            self.console.print(f"[yellow]{line}[/]")
 
     def _free_slot(self, skip: set[int]) -> int:
         out = run(["ip", "-o", "-4", "addr", "show"], timeout=10).stdout
@@ -510,7 +516,8 @@ class EmbeddedProvider:
     def _wait_ready(self, st: ClusterState, lay: NodeLayout) -> None:
         rec = st.processes[f"kubelet/{lay.name}"]
         wait_until(f"node {lay.name} Ready (kubelet)", lambda: node_ready(st, lay.name),
-                   self.policy, watch=[rec, st.processes[f"containerd/{lay.name}"]])
+                   self.policy, watch=[rec, st.processes[f"containerd/{lay.name}"]],
+                   fatal=nodemod.FATAL_LOG_LINES)
 
     def _start_plugin(self, st: ClusterState, lay: NodeLayout, env: dict[str, str]) -> None:
         (lay.root / "plugin.env").write_text(json.dumps(env))  # start_node needs it again

@@ -5,6 +5,13 @@ state, socket, runc root, CNI and CDI dirs). Each kubelet has its own root dir, 
 an address of its own on a host interface (the kubelet refuses a loopback node IP), where it
 serves its usual ports (10250, healthz 10248) so the apiserver reaches it for logs and exec.
 
+Every kubelet also binds the device-plugin registration socket at a path it does not derive
+from --root-dir (/var/lib/kubelet/device-plugins/kubelet.sock, where it also keeps its device
+checkpoint). Kubelets sharing that directory race (one removes the other's socket, then
+"bind: address already in use") and share one checkpoint, so each kubelet runs in a mount
+namespace of its own where that directory is a bind mount of the node's ``device-plugins/``
+(see ``kubelet_argv``).
+
 The render_* functions are pure (tested without a host); start_* functions act.
 """
 
@@ -12,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -29,7 +38,10 @@ from fakegpu.cluster.process import (
     spawn,
     wait_until,
 )
+from fakegpu.errors import MissingPrerequisite
 
+# Fixed in the kubelet (pkg/kubelet/apis/deviceplugin): --root-dir does not move it.
+HOST_DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
@@ -99,6 +111,11 @@ class NodeLayout:
         return self.root / "kubelet"
 
     @property
+    def device_plugins_dir(self) -> Path:
+        """Mounted on HOST_DEVICE_PLUGINS in the kubelet's own mount namespace."""
+        return self.root / "device-plugins"
+
+    @property
     def kubelet_config(self) -> Path:
         return self.root / "kubelet.yaml"
 
@@ -145,13 +162,108 @@ class NodeLayout:
             reg / f"{driver}-xxxxxxxx-reg.sock",
             self.kubelet_root / "plugins" / driver / "dra-xxxxxxxx.sock",
             self.kubelet_root / "pod-resources" / "kubelet.sock",
-            self.kubelet_root / "device-plugins" / "kubelet.sock",
+            # The kubelet binds it as HOST_DEVICE_PLUGINS/kubelet.sock (see kubelet_argv),
+            # but plugins outside its namespace would use this path.
+            self.device_plugins_dir / "kubelet.sock",
         ]
 
 
 def longest_socket_path(layout: NodeLayout, driver: str) -> tuple[Path, int]:
     path = max(layout.socket_paths(driver), key=lambda p: len(os.fsencode(p)))
     return path, len(os.fsencode(path))
+
+
+# --- host limits -------------------------------------------------------------------------------
+
+INOTIFY_SYSCTLS = Path("/proc/sys/fs/inotify")
+# Measured on a 4-node cluster on this kind of host: per node the kubelet holds 6 inotify
+# instances and ~700 watches before any pod (cAdvisor watches each cgroup it tracks, so watches
+# grow with pods), containerd 2 instances; the plugin none; the control plane ~10 instances.
+# Rounded up generously: running out shows up late and obscurely (see FATAL_LOG_LINES).
+INOTIFY_INSTANCES_PER_NODE = 16
+INOTIFY_INSTANCES_CONTROL_PLANE = 24
+INOTIFY_WATCHES_PER_NODE = 8192
+INOTIFY_WATCHES_CONTROL_PLANE = 1024
+# What kind's "known issues" page recommends; raising at least that far leaves room for the
+# next cluster (or a kind one) on the same host.
+INOTIFY_RECOMMENDED = {"max_user_instances": 512, "max_user_watches": 524288}
+
+
+@dataclass(frozen=True)
+class InotifyUse:
+    instances: int
+    watches: int
+
+
+def inotify_in_use(uid: int = 0, proc: Path = Path("/proc")) -> InotifyUse:
+    """inotify instances and watches held by processes of effective user ``uid``.
+
+    The kernel counts both per user (the effective uid of the creator). A descriptor inherited
+    by a child is seen twice: an overestimate, which is the safe side.
+    """
+    instances = watches = 0
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            status = (proc / pid / "status").read_text()
+            euid = next(int(line.split()[2]) for line in status.splitlines()
+                        if line.startswith("Uid:"))
+            if euid != uid:
+                continue
+            fds = os.listdir(proc / pid / "fd")
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue  # gone, or not ours to read
+        for fd in fds:
+            try:
+                if os.readlink(proc / pid / "fd" / fd) != "anon_inode:inotify":
+                    continue
+                info = (proc / pid / "fdinfo" / fd).read_text()
+            except OSError:
+                continue
+            instances += 1
+            watches += sum(1 for line in info.splitlines() if line.startswith("inotify wd:"))
+    return InotifyUse(instances, watches)
+
+
+def inotify_need(nodes: int, in_use: InotifyUse) -> dict[str, int]:
+    """The fs.inotify limits a cluster of ``nodes`` workers needs, on top of what is in use."""
+    return {
+        "max_user_instances": in_use.instances + INOTIFY_INSTANCES_CONTROL_PLANE
+        + INOTIFY_INSTANCES_PER_NODE * nodes,
+        "max_user_watches": in_use.watches + INOTIFY_WATCHES_CONTROL_PLANE
+        + INOTIFY_WATCHES_PER_NODE * nodes,
+    }
+
+
+def ensure_inotify(need: Mapping[str, int], sysctls: Path = INOTIFY_SYSCTLS) -> list[str]:
+    """Raise each fs.inotify.<name> below ``need[name]``; return one line per change.
+
+    Raised to the larger of the need and kind's recommendation. A limit that cannot be raised
+    (not root, read-only /proc/sys in a container) is a MissingPrerequisite naming the sysctl
+    and the value: without it containerd loses its CRI plugin and kubelets exit.
+    """
+    changed = []
+    for name, want in need.items():
+        path = sysctls / name
+        try:
+            have = int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError) as err:
+            raise MissingPrerequisite(f"cannot read fs.inotify.{name} ({path}): {err}") from err
+        if have >= want:
+            continue
+        new = max(want, INOTIFY_RECOMMENDED.get(name, 0))
+        try:
+            path.write_text(f"{new}\n")
+        except OSError as err:
+            raise MissingPrerequisite(
+                f"fs.inotify.{name} is {have}, this cluster needs at least {want} and it "
+                f"cannot be raised here ({err.strerror or err}): run `sysctl -w "
+                f"fs.inotify.{name}={new}` as root on the host"
+            ) from err
+        changed.append(f"raised host setting fs.inotify.{name} from {have} to {new} "
+                       f"(this cluster needs about {want}; kind recommends the same)")
+    return changed
 
 
 # --- pure renderers ----------------------------------------------------------------------------
@@ -301,7 +413,7 @@ def write_node_files(
 ) -> None:
     for d in (layout.root, layout.containerd_dir, layout.cni_conf_dir, layout.cni_ipam_dir,
               layout.cdi_dir, layout.kubelet_root, layout.plugin_state_dir, layout.log_dir,
-              layout.pod_logs_dir, layout.nvml_state.parent):
+              layout.pod_logs_dir, layout.nvml_state.parent, layout.device_plugins_dir):
         d.mkdir(parents=True, exist_ok=True)
     runc = None if runc_has_seccomp(bins.runc) else write_runc_wrapper(
         layout.root / "runc-wrapper", bins.runc)
@@ -356,6 +468,15 @@ def write_runc_wrapper(path: Path, real: Path) -> Path:
     return path
 
 
+# Log lines after which a node component never becomes ready although it keeps running:
+# containerd goes on serving without its CRI plugin (crictl then fails until the timeout), and
+# the kubelet's or containerd's inotify watchers fail when the host's inotify limits are used up.
+FATAL_LOG_LINES = (
+    re.compile(r'msg="failed to load plugin".*\bid=io\.containerd\.(cri\.v1\.|grpc\.v1\.cri\b)'),
+    re.compile(r"too many open files", re.IGNORECASE),
+)
+
+
 def _host_path(bins: NodeBinaries) -> str:
     dirs = {str(bins.containerd.parent), str(bins.containerd_shim_runc_v2.parent),
             str(bins.runc.parent)}
@@ -369,7 +490,7 @@ def start_containerd(layout: NodeLayout, bins: NodeBinaries, policy: WaitPolicy)
                 [str(bins.containerd), "--config", str(layout.containerd_config)],
                 layout.log_dir / "containerd.log", env=env)
     wait_until(f"containerd of node {layout.name} (socket {layout.containerd_socket})",
-               lambda: cri_ready(layout, bins), policy, watch=[rec])
+               lambda: cri_ready(layout, bins), policy, watch=[rec], fatal=FATAL_LOG_LINES)
     return rec
 
 
@@ -380,8 +501,27 @@ def cri_ready(layout: NodeLayout, bins: NodeBinaries) -> bool:
     return True
 
 
-def start_kubelet(layout: NodeLayout, bins: NodeBinaries) -> ProcessRecord:
-    return spawn(f"kubelet/{layout.name}", [
+# Run by `sh -c` inside the kubelet's new mount namespace, then replaced by the kubelet (exec:
+# same pid, so the ProcessRecord stays valid). $1 is the node's device-plugins dir; the rest
+# is the kubelet's argv.
+#  - The mount holding HOST_DEVICE_PLUGINS is made private first (non-recursive: the shared
+#    kubelet root below stays shared), so the bind stays in this namespace even on a host
+#    whose / is a shared mount.
+#  - unshare --propagation unchanged keeps the kubelet root in the host's peer group: the
+#    volume mounts the kubelet makes there (secrets, configmaps, projected tokens) show up in
+#    the host namespace, where containerd bind-mounts them into containers.
+_KUBELET_NS_SCRIPT = f"""set -e
+mkdir -p {HOST_DEVICE_PLUGINS}
+mount --make-private "$(findmnt -n -o TARGET -T {HOST_DEVICE_PLUGINS})"
+mount --bind "$1" {HOST_DEVICE_PLUGINS}
+shift
+exec "$@"
+"""
+
+
+def kubelet_argv(layout: NodeLayout, bins: NodeBinaries) -> list[str]:
+    """The kubelet command line, wrapped to run in a mount namespace of its own (see above)."""
+    kubelet = [
         str(bins.kubelet),
         f"--config={layout.kubelet_config}",
         f"--kubeconfig={layout.kubelet_kubeconfig}",
@@ -390,8 +530,32 @@ def start_kubelet(layout: NodeLayout, bins: NodeBinaries) -> ProcessRecord:
         f"--hostname-override={layout.name}",
         f"--node-ip={layout.ip}",
         "--v=2",
-    ], layout.log_dir / "kubelet.log", env={"PATH": _host_path(bins),
-                                            "HOME": os.environ.get("HOME", "/root")})
+    ]
+    return [shutil.which("unshare") or "unshare", "--mount", "--propagation", "unchanged", "--",
+            "/bin/sh", "-c", _KUBELET_NS_SCRIPT, "kubelet-mountns",
+            str(layout.device_plugins_dir), *kubelet]
+
+
+def share_kubelet_root(layout: NodeLayout, mountinfo: Path = Path("/proc/self/mountinfo")) -> None:
+    """Make the kubelet root a shared mount (a bind onto itself first), once.
+
+    Mounts under a shared mount propagate between its copies in every mount namespace: the
+    kubelet's mounts under its root reach the host. `down` unmounts it with everything else
+    under the cluster dir.
+    """
+    from fakegpu.cluster.cleanup import mount_points
+
+    root = str(layout.kubelet_root)
+    if root not in mount_points(mountinfo.read_text()):
+        run(["mount", "--bind", root, root], timeout=30)
+    run(["mount", "--make-shared", root], timeout=30)
+
+
+def start_kubelet(layout: NodeLayout, bins: NodeBinaries) -> ProcessRecord:
+    share_kubelet_root(layout)
+    return spawn(f"kubelet/{layout.name}", kubelet_argv(layout, bins),
+                 layout.log_dir / "kubelet.log",
+                 env={"PATH": _host_path(bins), "HOME": os.environ.get("HOME", "/root")})
 
 
 def kubelet_healthy(layout: NodeLayout) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -103,17 +104,43 @@ def _reap(pid: int) -> None:
         _CHILDREN.pop(pid, None)
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    """The last lines of a log file (empty if it does not exist)."""
+def _read_end(path: Path, size: int = 64 * 1024) -> str:
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            data = f.read().decode("utf-8", "replace")
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log file (empty if it does not exist)."""
+    return "\n".join(_read_end(path).splitlines()[-lines:])
+
+
+_START_MARKER = "\n=== fakegpu: starting "
+
+
+def current_run_log(rec: ProcessRecord) -> str:
+    """What the latest start of ``rec``'s component wrote (the end of its log, 64 KiB at most).
+
+    Logs are appended to across restarts (``start_node``): an error a previous incarnation
+    logged must not fail the wait for this one.
+    """
+    data = _read_end(rec.log)
+    at = data.rfind(f"{_START_MARKER}{rec.name}:")
+    return data if at < 0 else data[at + 1 :]
+
+
+def fatal_line(rec: ProcessRecord, patterns: Sequence[re.Pattern[str]]) -> str | None:
+    """The first line of ``rec``'s current run that matches one of ``patterns``, if any."""
+    if not patterns:
+        return None
+    for line in current_run_log(rec).splitlines():
+        if any(p.search(line) for p in patterns):
+            return line.strip()
+    return None
 
 
 def spawn(
@@ -127,7 +154,7 @@ def spawn(
     """Start ``argv`` detached with output appended to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
-        out.write(f"\n=== fakegpu: starting {name}: {' '.join(argv)}\n".encode())
+        out.write(f"{_START_MARKER}{name}: {' '.join(argv)}\n".encode())
         out.flush()
         try:
             child = subprocess.Popen(
@@ -248,13 +275,17 @@ def wait_until(
     policy: WaitPolicy,
     *,
     watch: Sequence[ProcessRecord] = (),
+    fatal: Sequence[re.Pattern[str]] = (),
 ) -> None:
     """Poll ``check`` until it returns True.
 
-    Fails early if a watched process dies, and on timeout; either error names ``what`` and
-    ends with the log tail of the first watched process (the component being waited for).
-    Exceptions from ``check`` count as "not yet" (the component may still be starting); the
-    last one is reported on timeout.
+    Fails early if a watched process dies, or if its log (since its latest start) has a line
+    matching one of ``fatal``: a component can stay alive but never become ready
+    (containerd whose CRI plugin failed to load keeps serving everything else), and waiting
+    out the timeout then only hides the cause. It also fails on timeout. Every error names
+    ``what`` and ends with a log tail: of the failed component, or on timeout of the first
+    watched process (the component being waited for). Exceptions from ``check`` count as
+    "not yet" (the component may still be starting); the last one is reported on timeout.
     """
     deadline = time.monotonic() + policy.timeout
     last_err: Exception | None = None
@@ -268,6 +299,12 @@ def wait_until(
             if not is_alive(rec):
                 raise ComponentError(
                     f"{rec.name} exited while waiting for {what}; log {rec.log}:\n{tail(rec.log)}"
+                )
+            line = fatal_line(rec, fatal)
+            if line is not None:
+                raise ComponentError(
+                    f"{rec.name} failed while waiting for {what}: {_oneline(line, 300)}\n"
+                    f"log {rec.log}:\n{tail(rec.log)}"
                 )
         if time.monotonic() >= deadline:
             detail = f" (last error: {last_err})" if last_err else ""

@@ -83,6 +83,73 @@ def _kubectl() -> Path:
     return found.kubectl
 
 
+def test_kubelet_has_its_own_device_plugin_socket(
+        cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+    st = _state()
+    for n in st.nodes:
+        lay = st.layout(n)
+        # Bound at the kubelet's fixed path, inside its mount namespace: it is the node's dir.
+        assert (lay.device_plugins_dir / "kubelet.sock").is_socket(), lay.device_plugins_dir
+
+
+_VOLUME_POD = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: it-vol}}
+data: {{greeting: hello-from-configmap}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: it-vol}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: {image}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "cat /cm/greeting; echo; wc -c < {token}"]
+    volumeMounts: [{{name: cm, mountPath: /cm}}]
+  volumes: [{{name: cm, configMap: {{name: it-vol}}}}]
+"""
+TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_pod_reads_configmap_and_projected_token(
+        cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+    """The kubelet mounts volumes (tmpfs for the token) in its own mount namespace; containerd
+    in the host's must see them, or the container finds empty directories."""
+    _, info = cluster
+    kubectl = [str(_kubectl()), f"--kubeconfig={info.kubeconfig}"]
+    # The default service account is made by the controller-manager shortly after start.
+    wait_until("service account default", lambda: subprocess.run(
+        [*kubectl, "get", "serviceaccount", "default"], capture_output=True).returncode == 0,
+        WaitPolicy(timeout=120, interval=1))
+    subprocess.run([*kubectl, "apply", "-f", "-"], check=True, capture_output=True, text=True,
+                   input=_VOLUME_POD.format(image=info.workload_image, token=TOKEN))
+    try:
+        def done() -> bool:
+            phase = subprocess.run([*kubectl, "get", "pod", "it-vol", "-o",
+                                    "jsonpath={.status.phase}"], capture_output=True,
+                                   text=True).stdout
+            assert phase != "Failed", _describe(kubectl)
+            return phase == "Succeeded"
+
+        wait_until("pod it-vol Succeeded", done, WaitPolicy(timeout=120, interval=1))
+        out = subprocess.run([*kubectl, "logs", "it-vol"], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert out[0] == "hello-from-configmap"
+        assert int(out[1]) > 100  # a signed JWT, not an empty file
+    finally:
+        subprocess.run([*kubectl, "delete", "pod,configmap", "it-vol", "--wait=false"],
+                       capture_output=True)
+
+
+def _describe(kubectl: list[str]) -> str:
+    return subprocess.run([*kubectl, "describe", "pod", "it-vol"], capture_output=True,
+                          text=True).stdout + subprocess.run(
+        [*kubectl, "logs", "it-vol"], capture_output=True, text=True).stdout
+
+
 def test_stop_and_start_node(cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
     provider, info = cluster
     node = info.nodes[0].name
@@ -107,6 +174,9 @@ def test_down_leaves_nothing(cluster: tuple[embedded.EmbeddedProvider, ClusterIn
     assert not root.exists()
     assert pids_matching(lambda argv: any(str(root) in a for a in argv)) == []
     assert cleanup.mounts_under(Path("/proc/self/mountinfo").read_text(), root) == []
+    # The kubelets' mount namespaces ended with them: none holds a node's directory.
+    held = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _mounts_in(p, root)]
+    assert held == []
     for link in st.interfaces:
         assert not cleanup.link_exists(link), link
     for h in cleanup.cgroup_hierarchies():
@@ -114,3 +184,11 @@ def test_down_leaves_nothing(cluster: tuple[embedded.EmbeddedProvider, ClusterIn
             assert not (h / rel.strip("/")).exists(), h / rel
     provider.down(NAME)  # idempotent
     assert provider.status(NAME) is None
+
+
+def _mounts_in(proc: Path, root: Path) -> bool:
+    """Whether the mount namespace of ``proc`` has a mount of (or onto) a path under root."""
+    try:
+        return str(root) + "/" in (proc / "mountinfo").read_text()
+    except OSError:
+        return False

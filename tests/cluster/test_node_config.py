@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
+import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pytest
 import yaml
 
-from fakegpu.cluster import embedded
+from fakegpu.cluster import cleanup, embedded
+from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.node import (
     MAX_SOCKET_PATH,
     longest_socket_path,
@@ -18,6 +23,8 @@ from fakegpu.cluster.node import (
     render_containerd_config,
     render_kubelet_config,
 )
+from fakegpu.cluster.process import WaitPolicy, spawn, terminate, wait_until
+from fakegpu.errors import MissingPrerequisite
 
 
 @dataclass(frozen=True)
@@ -128,3 +135,183 @@ def test_runc_wrapper_strips_seccomp_and_passes_arguments(tmp_path: Path) -> Non
     assert out["argv"] == args
     assert "seccomp" not in out["spec"]["linux"]
     assert out["spec"]["linux"]["namespaces"] == [{"type": "pid"}]
+
+
+# --- readiness: log lines that mean "will never be ready" ----------------------------------------
+
+CRI_FAILED = ('time="2026-11-30T12:00:00Z" level=warning msg="failed to load plugin" '
+              'error="failed to create CRI service: failed to create cni conf monitor for '
+              'default: too many open files" id=io.containerd.cri.v1.runtime '
+              'type=io.containerd.cri.v1')
+
+
+@pytest.mark.parametrize("line", [
+    CRI_FAILED,
+    'level=warning msg="failed to load plugin" error="x" id=io.containerd.grpc.v1.cri type=y',
+    'E1130 12:00:00.0 1 kubelet.go:1] "Failed to start cAdvisor" err="inotify_init: too many '
+    'open files"',
+])
+def test_fatal_log_lines_match_known_failures(line: str) -> None:
+    assert any(p.search(line) for p in nodemod.FATAL_LOG_LINES)
+
+
+@pytest.mark.parametrize("line", [
+    # containerd logs these on every healthy start.
+    'level=info msg="skip loading plugin" error="no scratch file generator: skip plugin" '
+    'id=io.containerd.snapshotter.v1.blockfile type=io.containerd.snapshotter.v1',
+    'level=warning msg="failed to load plugin" error="devmapper not configured" '
+    'id=io.containerd.snapshotter.v1.devmapper type=io.containerd.snapshotter.v1',
+    'level=info msg="loading plugin" id=io.containerd.cri.v1.runtime type=io.containerd.cri.v1',
+])
+def test_fatal_log_lines_ignore_healthy_starts(line: str) -> None:
+    assert not any(p.search(line) for p in nodemod.FATAL_LOG_LINES)
+
+
+# --- inotify limits -------------------------------------------------------------------------------
+
+
+def test_inotify_need_grows_with_nodes_and_use() -> None:
+    none = nodemod.InotifyUse(0, 0)
+    one, four = nodemod.inotify_need(1, none), nodemod.inotify_need(4, none)
+    assert four["max_user_instances"] > one["max_user_instances"]
+    assert four["max_user_watches"] > one["max_user_watches"]
+    busy = nodemod.inotify_need(4, nodemod.InotifyUse(100, 5000))
+    assert busy["max_user_instances"] == four["max_user_instances"] + 100
+    assert busy["max_user_watches"] == four["max_user_watches"] + 5000
+    # The report's case: a 4-node cluster next to ~100 instances already in use needs > 128.
+    assert busy["max_user_instances"] > 128
+
+
+def _sysctls(tmp_path: Path, instances: int, watches: int) -> Path:
+    d = tmp_path / "inotify"
+    d.mkdir()
+    (d / "max_user_instances").write_text(f"{instances}\n")
+    (d / "max_user_watches").write_text(f"{watches}\n")
+    return d
+
+
+def test_ensure_inotify_raises_low_limits_to_at_least_kinds(tmp_path: Path) -> None:
+    d = _sysctls(tmp_path, 128, 8192)
+    lines = nodemod.ensure_inotify({"max_user_instances": 200, "max_user_watches": 40000}, d)
+    assert (d / "max_user_instances").read_text().strip() == "512"
+    assert (d / "max_user_watches").read_text().strip() == "524288"
+    assert len(lines) == 2
+    assert "fs.inotify.max_user_instances from 128 to 512" in lines[0]
+
+
+def test_ensure_inotify_raises_beyond_kind_when_needed_and_keeps_high_ones(
+        tmp_path: Path) -> None:
+    d = _sysctls(tmp_path, 128, 1_000_000)
+    lines = nodemod.ensure_inotify({"max_user_instances": 3000, "max_user_watches": 40000}, d)
+    assert (d / "max_user_instances").read_text().strip() == "3000"
+    assert (d / "max_user_watches").read_text().strip() == "1000000"  # never lowered
+    assert len(lines) == 1
+    assert nodemod.ensure_inotify({"max_user_instances": 3000}, d) == []
+
+
+def test_ensure_inotify_fails_fast_naming_sysctl_and_value(tmp_path: Path) -> None:
+    d = tmp_path / "inotify"
+    d.mkdir()
+    # A sysctl nobody may write, root included (mode 0444), with a number as its first field.
+    (d / "max_user_instances").symlink_to("/proc/sys/fs/file-nr")
+    with pytest.raises(MissingPrerequisite,
+                       match=r"fs\.inotify\.max_user_instances=1000000000"):
+        nodemod.ensure_inotify({"max_user_instances": 1_000_000_000}, d)
+
+
+def _fake_proc(root: Path, pid: int, euid: int, fds: dict[int, tuple[str, int]]) -> None:
+    d = root / str(pid)
+    (d / "fd").mkdir(parents=True)
+    (d / "fdinfo").mkdir()
+    (d / "status").write_text(f"Name:\tx\nUid:\t{euid}\t{euid}\t{euid}\t{euid}\n")
+    for fd, (target, wds) in fds.items():
+        (d / "fd" / str(fd)).symlink_to(target)
+        (d / "fdinfo" / str(fd)).write_text(
+            "pos:\t0\n" + "".join(f"inotify wd:{i} ino:1 sdev:2 mask:3\n" for i in range(wds)))
+
+
+def test_inotify_in_use_counts_instances_and_watches_of_one_user(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, 10, 0, {3: ("anon_inode:inotify", 5), 4: ("anon_inode:inotify", 0),
+                                 5: ("/dev/null", 0)})
+    _fake_proc(tmp_path, 11, 1000, {3: ("anon_inode:inotify", 7)})  # another user's
+    (tmp_path / "self").mkdir()
+    assert nodemod.inotify_in_use(0, tmp_path) == nodemod.InotifyUse(2, 5)
+    assert nodemod.inotify_in_use(1000, tmp_path) == nodemod.InotifyUse(1, 7)
+
+
+def test_inotify_in_use_sees_a_real_instance(tmp_path: Path) -> None:
+    # A /proc holding only this process: other processes come and go while the test runs.
+    (tmp_path / str(os.getpid())).symlink_to(f"/proc/{os.getpid()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = nodemod.inotify_in_use(os.geteuid(), tmp_path)
+    fd = libc.inotify_init()
+    if fd < 0:
+        pytest.skip(f"inotify_init failed: errno {ctypes.get_errno()}")
+    try:
+        assert libc.inotify_add_watch(fd, b"/", 0x100) >= 0  # IN_CREATE
+        assert libc.inotify_add_watch(fd, b"/tmp", 0x100) >= 0
+        during = nodemod.inotify_in_use(os.geteuid(), tmp_path)
+    finally:
+        os.close(fd)
+    assert during.instances == before.instances + 1
+    assert during.watches == before.watches + 2
+
+
+# --- the kubelet's own device-plugins directory -------------------------------------------------
+
+
+def test_kubelet_runs_in_its_own_mount_namespace() -> None:
+    argv = nodemod.kubelet_argv(LAYOUT, FakeBins())
+    assert Path(argv[0]).name == "unshare"
+    assert argv[1:5] == ["--mount", "--propagation", "unchanged", "--"]
+    script = argv[argv.index("-c") + 1]
+    assert f"mount --bind \"$1\" {nodemod.HOST_DEVICE_PLUGINS}" in script
+    assert script.rstrip().endswith('exec "$@"')
+    rest = argv[argv.index("-c") + 3:]
+    assert rest[0] == str(LAYOUT.device_plugins_dir)
+    assert rest[1] == "/b/kubelet" and f"--root-dir={LAYOUT.kubelet_root}" in rest
+
+
+_FAKE_KUBELET = """import os, pathlib, subprocess, sys, time
+root = pathlib.Path([a.split("=", 1)[1] for a in sys.argv if a.startswith("--root-dir=")][0])
+pathlib.Path("/var/lib/kubelet/device-plugins/kubelet.sock.{tag}").write_text("mine")
+vol = root / "pods" / "uid" / "volumes"
+vol.mkdir(parents=True)
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(vol)], check=True)
+(vol / "token").write_text("secret")
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.integration
+def test_kubelet_namespace_keeps_device_plugins_private_and_shares_volumes(
+        tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("SKIPPED LOUDLY: needs root and unshare (mount namespaces)")
+    tag = f"fakegpu-test-{os.getpid()}"
+    lay = replace(LAYOUT, root=tmp_path / "n0")
+    for d in (lay.kubelet_root, lay.device_plugins_dir, lay.log_dir):
+        d.mkdir(parents=True)
+    fake = tmp_path / "kubelet.py"
+    fake.write_text(_FAKE_KUBELET.format(tag=tag))
+    wrapper = tmp_path / "kubelet"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    wrapper.chmod(0o755)
+    nodemod.share_kubelet_root(lay)
+    rec = spawn("kubelet/test", nodemod.kubelet_argv(lay, replace(FakeBins(), kubelet=wrapper)),
+                lay.log_dir / "kubelet.log")
+    try:
+        wait_until("the fake kubelet", lambda: "ready" in rec.log.read_text(),
+                   WaitPolicy(60, 0.1), watch=[rec])
+        # What it wrote to the fixed path landed in the node's own directory, not the host's.
+        assert (lay.device_plugins_dir / f"kubelet.sock.{tag}").read_text() == "mine"
+        assert not (nodemod.HOST_DEVICE_PLUGINS / f"kubelet.sock.{tag}").exists()
+        # Its mount under the kubelet root reached this (the host's) namespace.
+        vol = lay.kubelet_root / "pods" / "uid" / "volumes"
+        assert str(vol) in cleanup.mount_points(Path("/proc/self/mountinfo").read_text())
+        assert (vol / "token").read_text() == "secret"
+    finally:
+        terminate(rec)
+        cleanup.unmount_under(tmp_path)
+    assert cleanup.mounts_under(Path("/proc/self/mountinfo").read_text(), tmp_path) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -71,3 +72,40 @@ def test_tail_of_missing_file_is_empty(tmp_path: Path) -> None:
     f = tmp_path / "l.log"
     f.write_text("\n".join(str(i) for i in range(100)))
     assert process.tail(f, 3).splitlines() == ["97", "98", "99"]
+
+
+FATAL = re.compile(r"failed to load plugin")
+
+
+def test_wait_fails_fast_on_a_fatal_log_line_of_a_live_component(tmp_path: Path) -> None:
+    # Alive for a minute, never ready: only the log line can end the wait before the timeout.
+    code = ("import time; print('msg=\"failed to load plugin\" id=cri', flush=True); "
+            "time.sleep(60)")
+    rec = process.spawn("containerd/n0", [sys.executable, "-c", code], tmp_path / "c.log")
+    try:
+        with pytest.raises(ComponentError, match=r"containerd/n0 failed while waiting for "
+                                                 r"CRI: .*failed to load plugin") as info:
+            process.wait_until("CRI", lambda: False, WaitPolicy(300, 0.05), watch=[rec],
+                               fatal=[FATAL])
+        assert "timed out" not in str(info.value)
+        assert process.is_alive(rec)
+    finally:
+        process.terminate(rec)
+
+
+def test_fatal_lines_of_an_earlier_start_are_ignored(tmp_path: Path) -> None:
+    log = tmp_path / "c.log"
+    old = process.spawn("containerd/n0", [sys.executable, "-c",
+                                          "print('failed to load plugin', flush=True)"], log)
+    process.wait_until("old run gone", lambda: not process.is_alive(old), WaitPolicy(30, 0.05))
+    assert "failed to load plugin" in log.read_text()
+    code = "import time; print('serving', flush=True); time.sleep(60)"
+    rec = process.spawn("containerd/n0", [sys.executable, "-c", code], log)
+    try:
+        process.wait_until("serving", lambda: "serving" in log.read_text(),
+                           WaitPolicy(60, 0.05), watch=[rec], fatal=[FATAL])
+        # Checked directly too: the wait above may have seen "serving" at its first poll.
+        assert process.fatal_line(rec, [FATAL]) is None
+        assert "serving" in process.current_run_log(rec)
+    finally:
+        process.terminate(rec)
