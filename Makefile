@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-kind lint clean
 
 demo: $(STAMP)
 	$(VENV)/bin/fakegpu demo
@@ -13,9 +13,18 @@ demo: $(STAMP)
 # JUnit XML for CI (reports/ is ignored by git); e2e failure diagnostics land beside it.
 # The cluster binaries are built first (cold: ~20 min on 2 cores, with progress), so no test
 # ever finds them missing; warm, this is a cache lookup.
+# With no PYTEST_ARGS it is the whole suite: everything on the embedded provider, then the
+# e2e suites again on kind (fakegpu starts its own dockerd when none runs; kind needs root).
 test: $(STAMP)
 	$(VENV)/bin/fakegpu cluster binaries
 	$(VENV)/bin/python -m pytest --junitxml=reports/junit.xml $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(MAKE) --no-print-directory test-kind
+endif
+
+test-kind: $(STAMP)
+	$(VENV)/bin/python -m pytest e2e tests/kind -m e2e --fakegpu-provider kind \
+		--junitxml=reports/junit-kind.xml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks

@@ -103,11 +103,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"name of the e2e cluster (default: {DEFAULT_CLUSTER_NAME})")
 
 
+PROVIDER_MARKER_HELP = ("provider(name): an e2e test of what only that cluster provider installs; "
+                        "deselected (not skipped) when the session runs another provider")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
+    config.addinivalue_line("markers", PROVIDER_MARKER_HELP)
     session = E2ESession(config, Options.from_config(config))
     config.stash[_SESSION] = session
     config.pluginmanager.register(session, "fakegpu-e2e-session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect provider-specific tests of another provider: they are run by that provider's
+    pass (``make test`` runs both), so reporting them as skipped here would only be noise."""
+    provider = str(config.getoption("fakegpu_provider"))
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("provider")
+        (drop if marker is not None and provider not in marker.args else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 # --- the cluster of the session ----------------------------------------------------------------

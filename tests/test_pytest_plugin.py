@@ -309,6 +309,22 @@ def test_cluster_thing():
     markers.stdout.fnmatch_lines(["@pytest.mark.e2e: end-to-end tests against a real*"])
 
 
+def test_other_providers_tests_are_deselected_not_skipped(pytester: pytest.Pytester,
+                                                          apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_kind_only=UNIT_TEST + '''
+import pytest
+
+@pytest.mark.e2e
+@pytest.mark.provider("kind")
+def test_chart_thing():
+    pass
+''')
+    result = _run(pytester, "--topology", str(topology))
+    result.assert_outcomes(passed=1, deselected=1)
+    assert _calls(pytester) == []  # nothing e2e left: no cluster either
+
+
 # --- cluster lifecycle --------------------------------------------------------------------------
 
 

@@ -146,6 +146,8 @@ def _print_usage(console: Console, info: Any) -> None:
     console.print(f"  export KUBECONFIG={info.kubeconfig}")
     console.print("  kubectl get nodes; kubectl get resourceslices")
     down = "fakegpu cluster down" + ("" if info.name == DEFAULT_NAME else f" --name {info.name}")
+    if info.provider != "embedded":
+        down += f" --provider {info.provider}"
     console.print(f"  remove it: {down}")
 
 

@@ -89,5 +89,20 @@ def probe_host(provider: str, k8s_version: str | None) -> HostFacts:
         go=find_go(),
         binaries_cached=binaries_cached(k8s_version),
         # Only ask Docker when it matters: `docker info` can take seconds to time out.
-        docker=docker_problem() if provider == "kind" else None,
+        docker=kind_docker_problem() if provider == "kind" else None,
     )
+
+
+def kind_docker_problem() -> str | None:
+    """Why the kind provider cannot have Docker here, or None.
+
+    No daemon answering is not yet a reason: as root the provider installs and starts its own
+    (fakegpu.cluster.kind.dockerhost). A daemon the user named with DOCKER_HOST is theirs, and
+    we never start one in its place, so that one not answering is the reason.
+    """
+    problem = docker_problem()
+    if problem is None or os.environ.get("DOCKER_HOST"):
+        return problem
+    from fakegpu.cluster.kind import dockerhost
+
+    return dockerhost.unavailable_reason()

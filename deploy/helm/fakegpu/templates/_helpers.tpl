@@ -1,0 +1,61 @@
+{{/* Names and labels shared by every object of the chart. */}}
+{{- define "fakegpu.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "fakegpu.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "fakegpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "fakegpu.serviceAccountName" -}}
+{{- default (include "fakegpu.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The driver name: explicit, else NVIDIA's when compatible, else fakegpu's own. */}}
+{{- define "fakegpu.driverName" -}}
+{{- if .Values.driverName -}}
+{{- .Values.driverName -}}
+{{- else if .Values.nvidiaCompatible -}}
+gpu.nvidia.com
+{{- else -}}
+gpu.fakegpu.dev
+{{- end -}}
+{{- end -}}
+
+{{/* MIG class name: mig.nvidia.com beside gpu.nvidia.com, else mig.<driver domain>. */}}
+{{- define "fakegpu.migClassName" -}}
+{{- $driver := include "fakegpu.driverName" . -}}
+{{- printf "mig.%s" (regexReplaceAll "^gpu\\." $driver "") -}}
+{{- end -}}
+
+{{/*
+The resource.k8s.io version to write DeviceClasses with: the value, else the newest the
+cluster serves. `helm template` without a cluster knows the versions of Helm's own client
+libraries; pass --api-versions (or resourceApiVersion) to render for another cluster.
+*/}}
+{{- define "fakegpu.resourceApiVersion" -}}
+{{- if .Values.resourceApiVersion -}}
+{{- .Values.resourceApiVersion -}}
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceClass" -}}
+resource.k8s.io/v1
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta2/DeviceClass" -}}
+resource.k8s.io/v1beta2
+{{- else if .Capabilities.APIVersions.Has "resource.k8s.io/v1beta1/DeviceClass" -}}
+resource.k8s.io/v1beta1
+{{- else -}}
+{{- fail "the cluster serves no resource.k8s.io version with DeviceClass (is DRA enabled?); set resourceApiVersion to render anyway" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,114 @@
+"""``fakegpu kind ...``: what kind clusters need here without a registry.
+
+- ``node-image``: assemble the kind node image for a Kubernetes minor (or print kindest/node's);
+- ``image``: build the plugin image (the repository's Dockerfile);
+- ``config``: print the kind config for a minor and topology (clusters/kind/ holds the defaults);
+- ``docker``: make sure a Docker daemon runs (started with the capability wrapper when needed),
+  or stop the one fakegpu started.
+The cluster itself: ``fakegpu cluster up --provider kind``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from fakegpu.paths import repo_fixtures_dir
+
+from . import add_verbose
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``kind`` and its subcommands to the top-level parser."""
+    kind = sub.add_parser("kind", help="kind clusters without a registry (images, configs)",
+                          description="Images and configs for kind clusters with fake GPUs, "
+                                      "made on this machine (no registry needed).")
+    cmds = kind.add_subparsers(dest="kind_command", metavar="SUBCOMMAND")
+
+    node = cmds.add_parser("node-image", help="assemble the kind node image (no registry)",
+                           description="Assemble a kind node image from locally built "
+                                       "binaries and a debootstrapped Debian; print its name.")
+    node.add_argument("--k8s-version", default=None, metavar="1.N",
+                      help="Kubernetes minor (default: the newest supported)")
+    add_verbose(node)
+    node.set_defaults(func=_node_image)
+
+    img = cmds.add_parser("image", help="build the plugin image; print its name")
+    add_verbose(img)
+    img.set_defaults(func=_image)
+
+    cfg = cmds.add_parser("config", help="print the kind config for a minor and topology")
+    cfg.add_argument("--k8s-version", default=None, metavar="1.N")
+    cfg.add_argument("--topology", type=Path, default=None,
+                     help="topology YAML (default: fixtures/gb200-mini.yaml)")
+    cfg.add_argument("--image", default=None, help="node image to name in the config")
+    add_verbose(cfg)
+    cfg.set_defaults(func=_config)
+
+    dock = cmds.add_parser("docker", help="ensure a Docker daemon runs (or --stop ours)")
+    dock.add_argument("--stop", action="store_true",
+                      help="stop the dockerd fakegpu started (never another one)")
+    add_verbose(dock)
+    dock.set_defaults(func=_docker)
+
+    def _usage(_args: argparse.Namespace) -> int:
+        kind.print_help(sys.stderr)
+        return 2
+
+    kind.set_defaults(func=_usage)
+
+
+def _console() -> Console:
+    return Console(stderr=True)
+
+
+def _node_image(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.kind import dockerhost, nodeimage
+
+    console = _console()
+    started = time.monotonic()
+    host = dockerhost.ensure(console)
+    built = nodeimage.assemble(host.docker, args.k8s_version, console)
+    console.print(f"node image {built.ref} ({time.monotonic() - started:.0f}s)")
+    print(built.ref)
+    return 0
+
+
+def _image(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.kind import dockerhost, image
+
+    console = _console()
+    print(image.build(dockerhost.ensure(console).docker, console).ref)
+    return 0
+
+
+def _config(args: argparse.Namespace) -> int:
+    from fakegpu.cluster import binaries, featuregates
+    from fakegpu.cluster.kind import config
+    from fakegpu.topology.load import load_topology
+
+    topology = args.topology or repo_fixtures_dir() / "gb200-mini.yaml"
+    topo = load_topology(topology)
+    minor = featuregates.parse_minor(binaries.resolve_version(args.k8s_version))
+    header = config.committed_header(minor, topo.name)
+    sys.stdout.write(config.dump(config.render(minor, [n.name for n in topo.nodes], args.image),
+                                 header))
+    return 0
+
+
+def _docker(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.kind import dockerhost
+
+    console = _console()
+    if args.stop:
+        stopped = dockerhost.stop_own_dockerd()
+        console.print("stopped fakegpu's dockerd" if stopped else "no dockerd of fakegpu runs")
+        return 0
+    host = dockerhost.ensure(console)
+    console.print(f"docker: {'started by fakegpu' if host.ours else 'already running'}"
+                  f"{', capability wrapper as default runtime' if host.runtime_wrapper else ''}")
+    return 0

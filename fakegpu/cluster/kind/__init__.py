@@ -1,0 +1,1 @@
+"""Kind clusters without a registry: Docker on this host, node/plugin images, the provider."""

@@ -1,0 +1,64 @@
+"""The plugin container's entrypoint: render this node's fake NVML, then exec the plugin.
+
+In a cluster every plugin pod runs the same image with the same topology (a ConfigMap); what
+makes each worker show its own GPUs is the node name (downward API ``NODE_NAME``): the node's
+NVML state is rendered from the topology into a writable directory (an emptyDir, since the root
+file system is read-only) and the plugin is exec'd with the fake library first on the loader
+path. A node the topology does not name is an error, not a node without GPUs: a silent default
+would let tests pass against the wrong machine.
+
+Usage: ``python -m fakegpu.cluster.kind.entrypoint [PLUGIN ARGS...]`` (arguments go to
+``fakegpu plugin run`` unchanged).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+TOPOLOGY_ENV = "FAKEGPU_TOPOLOGY"
+STATE_DIR_ENV = "FAKEGPU_NVML_STATE_DIR"
+DEFAULT_TOPOLOGY = "/etc/fakegpu/topology.yaml"
+DEFAULT_STATE_DIR = "/run/fakegpu"
+
+
+def plugin_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The environment the plugin runs with and the node it serves; renders the state file."""
+    from fakegpu.errors import InvalidInput
+    from fakegpu.nvml import env as nvml_env
+    from fakegpu.topology.load import load_topology
+
+    node = environ.get("NODE_NAME", "")
+    if not node:
+        raise InvalidInput("NODE_NAME is not set (give it from the downward API: spec.nodeName)")
+    topology = load_topology(environ.get(TOPOLOGY_ENV) or DEFAULT_TOPOLOGY)
+    names = [n.name for n in topology.nodes]
+    if node not in names:
+        raise InvalidInput(f"node {node!r} is not in topology {topology.name!r} "
+                           f"(its nodes: {', '.join(names)})")
+    state_dir = Path(environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+    state = nvml_env.ensure_state(topology, node, state_dir / f"{node}.state", fresh=True)
+    return {**environ, **nvml_env.env(state)}, node
+
+
+def main(argv: Sequence[str]) -> int:
+    from fakegpu.errors import FakegpuError
+
+    try:
+        env, node = plugin_env(os.environ)
+    except FakegpuError as err:
+        print(f"fakegpu entrypoint: {err}", file=sys.stderr)
+        return err.exit_code
+    # exec, not a child: the plugin is PID 1's replacement and gets SIGTERM from the kubelet.
+    fakegpu = str(Path(sys.executable).with_name("fakegpu"))
+    args = [fakegpu, "plugin", "run", "--node-name", node, *argv]
+    print(f"fakegpu entrypoint: node {node}, NVML state {env['FAKEGPU_NVML_STATE']}; "
+          f"exec {' '.join(args)}", file=sys.stderr, flush=True)
+    os.execve(fakegpu, args, env)
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

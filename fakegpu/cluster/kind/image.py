@@ -1,0 +1,135 @@
+"""Build the plugin image (the repository's Dockerfile) with the Docker at hand.
+
+The Python side is a wheelhouse made on this host (``pip wheel`` of the source tree, which
+compiles the fake libnvidia-ml.so.1 into fakegpu's wheel); the base is the slim Python image
+where a registry answers, else the Debian base assembled by ``rootfs`` (no registry needed).
+The tag is a digest of the wheelhouse, Dockerfile and base, so an unchanged tree is not
+rebuilt and kind never runs a stale image under an old tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from fakegpu.cluster.kind import rootfs
+from fakegpu.cluster.process import run
+from fakegpu.errors import FakegpuError, MissingPrerequisite
+
+REGISTRY_BASE = "python:3.11-slim-bookworm"
+IMAGE_REPO = "fakegpu.local/fakegpu-plugin"
+BASE_ENV = "FAKEGPU_IMAGE_BASE"
+WHEELHOUSE = Path("build") / "kind" / "wheelhouse"
+
+
+@dataclass(frozen=True)
+class PluginImage:
+    ref: str
+    base: str
+
+
+def source_root() -> Path:
+    """The source tree holding the Dockerfile (images are built from a checkout only)."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "Dockerfile").is_file() or not (root / "pyproject.toml").is_file():
+        raise MissingPrerequisite(f"building the plugin image needs the fakegpu source tree "
+                                  f"(no Dockerfile in {root})")
+    return root
+
+
+def registry_reachable(timeout: float = 5.0) -> bool:
+    """Whether Docker Hub's registry answers (401 without a token is an answer)."""
+    try:
+        urllib.request.urlopen("https://registry-1.docker.io/v2/", timeout=timeout)
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def choose_base(docker: Path, console: Console) -> str:
+    """$FAKEGPU_IMAGE_BASE, else the slim Python image if present or pullable, else ours."""
+    if os.environ.get(BASE_ENV):
+        return os.environ[BASE_ENV]
+    if rootfs.image_present(docker, REGISTRY_BASE):
+        return REGISTRY_BASE
+    if registry_reachable():
+        res = subprocess.run([str(docker), "pull", REGISTRY_BASE], check=False)
+        if res.returncode == 0:
+            return REGISTRY_BASE
+        console.print(f"pulling {REGISTRY_BASE} failed; using a local Debian base")
+    return rootfs.ensure_image(docker, rootfs.BASE, console)
+
+
+def build_wheelhouse(root: Path, console: Console) -> Path:
+    """``pip wheel`` of the tree and its dependencies into build/kind/wheelhouse."""
+    out = root / WHEELHOUSE
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    console.print(f"building wheels into {out}")
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
+                          str(out), str(root)], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise FakegpuError(f"pip wheel failed: {(res.stdout + res.stderr).strip()[-800:]}")
+    return out
+
+
+def content_tag(root: Path, wheelhouse: Path, base: str) -> str:
+    digest = hashlib.sha256(base.encode())
+    digest.update((root / "Dockerfile").read_bytes())
+    for whl in sorted(wheelhouse.iterdir()):
+        digest.update(whl.name.encode())
+        # fakegpu's own wheel embeds build times; hash what it contains, not its zip bytes.
+        digest.update(_wheel_content(whl) if whl.name.startswith("fakegpu-") else b"")
+    return digest.hexdigest()[:12]
+
+
+def _wheel_content(whl: Path) -> bytes:
+    import zipfile
+
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(whl) as zf:
+        for name in sorted(zf.namelist()):
+            digest.update(name.encode())
+            digest.update(zf.read(name))
+    return digest.digest()
+
+
+def build(docker: Path, console: Console | None = None) -> PluginImage:
+    """Build (or find) the plugin image; return its reference."""
+    console = console or Console(stderr=True)
+    root = source_root()
+    base = choose_base(docker, console)
+    wheels = build_wheelhouse(root, console)
+    ref = f"{IMAGE_REPO}:{content_tag(root, wheels, base)}"
+    if rootfs.image_present(docker, ref):
+        return PluginImage(ref, base)
+    console.print(f"building {ref} (base {base})")
+    run([str(docker), "build", "--build-arg", f"BASE={base}", "-t", ref, str(root)],
+        timeout=1200, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    _remove_older(docker, ref)
+    return PluginImage(ref, base)
+
+
+def _remove_older(docker: Path, keep: str) -> None:
+    """Drop earlier builds of the plugin image (each tree change makes a new tag; clusters hold
+    their own copy, loaded into the nodes) and the dangling install stages they leave."""
+    listed = run([str(docker), "images", "--format", "{{.Repository}}:{{.Tag}}",
+                  IMAGE_REPO], check=False).stdout.split()
+    old = [r for r in listed if r != keep]
+    if old:
+        run([str(docker), "rmi", *old], check=False)
+    # Only ours (labelled in the Dockerfile): never another dangling image of the user's.
+    run([str(docker), "image", "prune", "-f", "--filter", "label=dev.fakegpu.stage=install"],
+        check=False)

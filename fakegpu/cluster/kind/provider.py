@@ -1,0 +1,396 @@
+"""The kind provider: the same protocol as the embedded provider, on Docker containers.
+
+``up`` is an ordered list of steps (shared with the embedded provider: ``Steps`` progress lines,
+name validation, the resource.k8s.io version table): Docker, node image, kind cluster, pod
+network, plugin image, Helm chart, readiness. A failure removes the cluster unless told to
+retain it. State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from fakegpu import paths
+from fakegpu.cluster import binaries, featuregates, images
+from fakegpu.cluster import node as nodemod
+from fakegpu.cluster.embedded import Steps, resourceslice_api, validate_name
+from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
+from fakegpu.cluster.process import WaitPolicy, run, wait_until
+from fakegpu.cluster.provider import ClusterInfo, NodeInfo
+from fakegpu.errors import FakegpuError, InvalidInput
+from fakegpu.topology.load import load_topology
+
+DEFAULT_DRIVER = "gpu.fakegpu.dev"
+NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
+CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakegpu"
+RELEASE = "fakegpu"
+NAMESPACE = "fakegpu-system"
+
+
+def clusters_dir() -> Path:
+    return paths.cache_dir() / "kind" / "clusters"
+
+
+@dataclass
+class KindState:
+    name: str
+    k8s_version: str
+    topology: str
+    driver: str
+    node_image: str = ""
+    plugin_image: str = ""
+    workload_image: str = ""
+    phase: str = "creating"
+    containers: dict[str, str] = field(default_factory=dict)  # k8s node -> container
+    workers: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return clusters_dir() / self.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    def save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / "state.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        os.replace(tmp, self.root / "state.json")
+
+    @classmethod
+    def load(cls, name: str) -> KindState | None:
+        try:
+            return cls(**json.loads((clusters_dir() / name / "state.json").read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError) as err:
+            raise FakegpuError(f"kind cluster {name!r}: unreadable state ({err}): run "
+                               f"`fakegpu cluster down --provider kind --name {name}`") from err
+
+
+def choose_node_image(docker: Path, version: str, console: Console) -> str:
+    """$FAKEGPU_KIND_NODE_IMAGE, kindest/node where a registry answers, else our own."""
+    if os.environ.get(NODE_IMAGE_ENV):
+        return os.environ[NODE_IMAGE_ENV]
+    if image.registry_reachable():
+        return f"{nodeimage.KINDEST_NODE}:v{version}"
+    return nodeimage.assemble(docker, version, console).ref
+
+
+class KindProvider:
+    name = "kind"
+
+    def __init__(self, console: Console | None = None, *, policy: WaitPolicy | None = None,
+                 retain_on_failure: bool = False, driver: str = DEFAULT_DRIVER) -> None:
+        self.console = console or Console(stderr=True)
+        self.policy = policy or WaitPolicy(timeout=300.0, interval=1.0)
+        self.retain_on_failure = retain_on_failure
+        self.driver = driver
+
+    # --- tools ----------------------------------------------------------------------------------
+
+    def _kind(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        kind = tools.executable(tools.kind(), self.console)
+        env = {**os.environ, "KIND_EXPERIMENTAL_PROVIDER": "docker"}
+        return run([str(kind), *args], timeout=timeout, env=env)
+
+    def _exists(self, name: str) -> bool:
+        if tools.cached(tools.kind()) is None or dockerhost.unavailable_reason() is not None:
+            return False
+        docker = dockerhost.docker_client()
+        if docker is None or not dockerhost.daemon_answers(docker, 5):
+            return False
+        return name in self._kind("get", "clusters", timeout=60).stdout.split()
+
+    # --- protocol -------------------------------------------------------------------------------
+
+    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
+        validate_name(name)
+        if KindState.load(name) is not None or self._exists(name):
+            raise InvalidInput(f"kind cluster {name!r} already exists (or is left over): run "
+                               f"`fakegpu cluster down --provider kind --name {name}` first")
+        if not topology.is_file():
+            raise InvalidInput(f"topology file not found: {topology}")
+        topo = load_topology(topology)
+        version = binaries.resolve_version(k8s_version)
+        st = KindState(name=name, k8s_version=version, topology=str(topology.resolve()),
+                       driver=self.driver, workers=[n.name for n in topo.nodes])
+        steps = Steps(self.console)
+        try:
+            st.save()  # from here on `down` knows this cluster
+            self._create(st, steps)
+        except BaseException as err:
+            st.phase = "failed"
+            with contextlib.suppress(Exception):
+                st.save()
+            if self.retain_on_failure:
+                self.console.print(f"[yellow]keeping the failed kind cluster {name} (--retain)[/]")
+            else:
+                self.console.print("[yellow]cleaning up after the failure ...[/]")
+                with contextlib.suppress(Exception):
+                    self.down(name)
+            if isinstance(err, FakegpuError | KeyboardInterrupt):
+                raise
+            raise FakegpuError(f"kind cluster up failed: {err}") from err
+        info = self.status(name)
+        assert info is not None
+        return info
+
+    def _create(self, st: KindState, steps: Steps) -> None:
+        with steps.step("Docker"):
+            host = dockerhost.ensure(self.console)
+            # The embedded provider's step: every node container runs a kubelet and containerd
+            # (and systemd) holding inotify instances; at the usual 128 per user kube-proxy
+            # crash-loops with "too many open files" in a five-node kind cluster.
+            nodes = len(st.workers) + 1  # the control-plane node runs a kubelet too
+            for line in nodemod.ensure_inotify(
+                    nodemod.inotify_need(nodes, nodemod.inotify_in_use())):
+                self.console.print(f"[yellow]{line}[/]")
+        with steps.step(f"kind node image (Kubernetes {st.k8s_version})"):
+            st.node_image = choose_node_image(host.docker, st.k8s_version, self.console)
+            st.workload_image = images.workload_ref()
+            st.save()
+        minor = featuregates.parse_minor(st.k8s_version)
+        cfg = st.root / "kind.yaml"
+        cfg.write_text(config.dump(config.render(minor, st.workers, st.node_image)))
+        with steps.step(f"kind create cluster ({len(st.workers)} workers)"):
+            self._kind("create", "cluster", "--name", st.name, "--config", str(cfg),
+                       "--kubeconfig", str(st.kubeconfig), "--retain", timeout=1200)
+        with steps.step("pod network"):
+            st.containers = self._containers(st)
+            st.save()
+            self._network(st)
+        with steps.step("plugin image"):
+            st.plugin_image = image.build(host.docker, self.console).ref
+            self._kind("load", "docker-image", st.plugin_image, "--name", st.name,
+                       "--nodes", ",".join(st.containers[w] for w in st.workers))
+            st.save()
+        with steps.step("fakegpu chart"):
+            self._install_chart(st)
+        with steps.step("nodes Ready"):
+            wait_until("every node Ready", lambda: self._all_ready(st), self.policy)
+        with steps.step("ResourceSlices of every worker"):
+            want = {n.name: len(n.gpus) for n in load_topology(st.topology).nodes}
+            # A plugin that started while kube-proxy was still settling backs off up to 60 s.
+            wait_until("every worker's devices in ResourceSlices",
+                       lambda: self._slice_devices(st) == want,
+                       WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
+        with steps.step("NVML state copies for the suites"):
+            self._nvml_copies(st)
+        st.phase = "ready"
+        st.save()
+
+    def _nvml_copies(self, st: KindState) -> None:
+        """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), and check
+        it is byte for byte what that node's plugin pod rendered: suites read GPU identities
+        from it, so a difference would make them compare against the wrong machine."""
+        from fakegpu.nvml import env as nvml_env
+
+        topo = load_topology(st.topology)
+        pods = json.loads(self._kubectl(st, "-n", NAMESPACE, "get", "pods", "-o", "json").stdout)
+        on_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods["items"]
+                   if p["status"].get("phase") == "Running"}
+        for node in st.workers:
+            path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
+            inside = self._kubectl(st, "-n", NAMESPACE, "exec", on_node[node], "--",
+                                   "sha256sum", f"/run/fakegpu/{node}.state").stdout.split()[0]
+            here = hashlib.sha256(path.read_bytes()).hexdigest()
+            if inside != here:
+                raise FakegpuError(f"node {node}: the plugin pod's NVML state differs from the "
+                                   f"one rendered on the host ({inside[:12]} != {here[:12]})")
+
+    @staticmethod
+    def nvml_state(st: KindState, node: str) -> Path:
+        return st.root / "nvml" / f"{node}.state"
+
+    def _kubectl(self, st: KindState, *args: str, input_text: str | None = None,
+                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
+        return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), *args], timeout=timeout,
+                   input_text=input_text)
+
+    def _containers(self, st: KindState) -> dict[str, str]:
+        """Kubernetes node name -> kind container, matched by the node's InternalIP."""
+        docker = str(dockerhost.docker_client())
+        names = self._kind("get", "nodes", "--name", st.name, timeout=60).stdout.split()
+        by_ip: dict[str, str] = {}
+        for c in names:
+            ip = run([docker, "inspect", "-f",
+                      "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", c]).stdout
+            by_ip[ip.strip()] = c
+        nodes = json.loads(self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]
+        out: dict[str, str] = {}
+        for n in nodes:
+            ip = next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP")
+            out[n["metadata"]["name"]] = by_ip[ip]
+        missing = [w for w in st.workers if w not in out]
+        if missing:
+            raise FakegpuError(f"kind made no node named {', '.join(missing)} (nodes: {out})")
+        return out
+
+    def _network(self, st: KindState) -> None:
+        """Bridge CNI per node from its podCIDR, and routes to every other node's pods."""
+        docker = str(dockerhost.docker_client())
+        wait_until("a podCIDR on every node", lambda: all(
+            n["spec"].get("podCIDR") for n in json.loads(
+                self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]), self.policy)
+        nodes = json.loads(self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]
+        info = {n["metadata"]["name"]: (
+            n["spec"]["podCIDR"],
+            next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"))
+            for n in nodes}
+        for node, (cidr, _ip) in info.items():
+            container = st.containers[node]
+            run([docker, "exec", "-i", container, "sh", "-c",
+                 "cat > /etc/cni/net.d/10-fakegpu.conflist"],
+                input_text=nodefiles.cni_conflist(cidr))
+            for other, (ocidr, oip) in info.items():
+                if other != node:
+                    run([docker, "exec", container, "ip", "route", "replace", ocidr, "via", oip])
+        # CoreDNS: no image can be had here (see nodeimage.py); nothing may wait for it.
+        if not os.environ.get(NODE_IMAGE_ENV, "").startswith(nodeimage.KINDEST_NODE):
+            self._kubectl(st, "-n", "kube-system", "scale", "deployment", "coredns",
+                          "--replicas=0")
+
+    def _install_chart(self, st: KindState) -> None:
+        helm = tools.executable(tools.helm(), self.console)
+        repo, tag = st.plugin_image.rsplit(":", 1)
+        run([str(helm), "upgrade", "--install", RELEASE, str(CHART), "--kubeconfig",
+             str(st.kubeconfig), "-n", NAMESPACE, "--create-namespace",
+             "--set-file", f"topology={st.topology}", "--set", f"image.repository={repo}",
+             "--set", f"image.tag={tag}", "--set", f"driverName={st.driver}",
+             "--set-string", f"nodeSelector.{config.WORKER_LABEL.replace('.', chr(92) + '.')}"
+                             "=true"],
+            timeout=300)
+
+    def _all_ready(self, st: KindState) -> bool:
+        nodes = json.loads(self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]
+        return len(nodes) == len(st.workers) + 1 and all(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+            for n in nodes)
+
+    def _slice_devices(self, st: KindState) -> dict[str, int]:
+        api = resourceslice_api(featuregates.parse_minor(st.k8s_version))
+        out = json.loads(self._kubectl(st, "get", f"resourceslices.{api}.resource.k8s.io",
+                                       "-o", "json").stdout)
+        count: dict[str, int] = {}
+        for s in out["items"]:
+            spec = s["spec"]
+            if spec.get("driver") == st.driver and spec.get("nodeName"):
+                n = spec["nodeName"]
+                count[n] = count.get(n, 0) + sum(
+                    1 for d in spec.get("devices") or [] if not d["name"].count("-mig-"))
+        return count
+
+    def down(self, name: str) -> None:
+        validate_name(name)
+        if self._exists(name):
+            self._kind("delete", "cluster", "--name", name, timeout=300)
+        shutil.rmtree(clusters_dir() / name, ignore_errors=True)
+
+    def status(self, name: str) -> ClusterInfo | None:
+        validate_name(name)
+        st = KindState.load(name)
+        if st is None:
+            return None
+        pids = self._container_pids(list(st.containers.values()))
+        nodes = []
+        for w in st.workers:
+            pid = pids.get(st.containers.get(w, ""))
+            # The node's own files, seen from this host through its init process's root (valid
+            # while the container runs): what the plugin and containerd in there really use.
+            inside = Path(f"/proc/{pid}/root") if pid else None
+            host_state = self.nvml_state(st, w)
+            nodes.append(NodeInfo(
+                name=w, role="worker",
+                nvml_state=host_state if host_state.is_file() else None,
+                # /var/run is an absolute link to /run in the node; through /proc/<pid>/root
+                # it would resolve on this host, so name the target itself.
+                cdi_dir=inside / "run/cdi" if inside else None,
+                plugin_state_dir=inside / "var/lib/kubelet/plugins" / st.driver if inside
+                else None,
+                kubelet_root=inside / "var/lib/kubelet" if inside else None,
+                running=pid is not None))
+        return ClusterInfo(
+            name=st.name, provider=self.name, k8s_version=st.k8s_version,
+            kubeconfig=st.kubeconfig, topology=Path(st.topology), driver_name=st.driver,
+            workload_image=st.workload_image, nodes=tuple(nodes),
+            extra={"phase": st.phase, "node_image": st.node_image,
+                   "plugin_image": st.plugin_image, "containers": st.containers,
+                   "dir": str(st.root)})
+
+    def healthy(self, name: str) -> bool:
+        info = self.status(name)
+        if info is None or info.extra.get("phase") != "ready":
+            return False
+        st = KindState.load(name)
+        try:
+            return st is not None and self._all_ready(st)
+        except FakegpuError:
+            return False
+
+    def _container_pids(self, names: list[str]) -> dict[str, int]:
+        """Running containers among ``names`` -> the host pid of their init process."""
+        docker = dockerhost.docker_client()
+        if not names or docker is None or not dockerhost.daemon_answers(docker, 5):
+            return {}
+        res = run([str(docker), "inspect", "-f", "{{.Name}} {{.State.Pid}}", *names],
+                  check=False)
+        out: dict[str, int] = {}
+        for line in res.stdout.splitlines():
+            name, _, pid = line.strip().lstrip("/").partition(" ")
+            if pid.isdigit() and int(pid) > 0:
+                out[name] = int(pid)
+        return out
+
+    def logs(self, name: str, out: Path) -> list[Path]:
+        validate_name(name)
+        out.mkdir(parents=True, exist_ok=True)
+        if not self._exists(name):
+            return []
+        dest = out / f"kind-{name}"
+        self._kind("export", "logs", str(dest), "--name", name, timeout=600)
+        return sorted(p for p in dest.rglob("*") if p.is_file())
+
+    def stop_node(self, name: str, node: str) -> None:
+        st = self._ready_state(name)
+        run([str(dockerhost.docker_client()), "stop", st.containers[self._worker(st, node)]],
+            timeout=120)
+
+    def start_node(self, name: str, node: str) -> None:
+        st = self._ready_state(name)
+        container = st.containers[self._worker(st, node)]
+        run([str(dockerhost.docker_client()), "start", container], timeout=120)
+        # A restarted container keeps its files (CNI config included) but not its routes.
+        self._network(st)
+        wait_until(f"node {node} Ready", lambda: self._node_ready(st, node), self.policy)
+
+    def _node_ready(self, st: KindState, node: str) -> bool:
+        n = json.loads(self._kubectl(st, "get", "node", node, "-o", "json").stdout)
+        return any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in n["status"]["conditions"])
+
+    def _ready_state(self, name: str) -> KindState:
+        validate_name(name)
+        st = KindState.load(name)
+        if st is None or st.phase != "ready":
+            raise InvalidInput(f"no ready kind cluster {name!r}")
+        return st
+
+    @staticmethod
+    def _worker(st: KindState, node: str) -> str:
+        if node not in st.workers:
+            raise InvalidInput(f"{node!r} is not a worker of {st.name} "
+                               f"(workers: {', '.join(st.workers)})")
+        return node
+

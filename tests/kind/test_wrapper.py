@@ -1,0 +1,137 @@
+"""The capability-dropping runtime wrapper and the dockerd config (pure parts), plus the image
+entrypoint's refusal of unknown nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakegpu.cluster.kind import dockerhost, entrypoint, runtime_wrapper
+from fakegpu.errors import InvalidInput
+
+from .conftest import REPO
+
+ALL_CAPS = (1 << len(runtime_wrapper.CAP_NAMES)) - 1
+
+
+def test_unavailable_names_the_missing_bits() -> None:
+    mask = ALL_CAPS & ~(1 << 24)  # CAP_SYS_RESOURCE is capability 24
+    assert runtime_wrapper.unavailable(mask) == {"CAP_SYS_RESOURCE"}
+    assert runtime_wrapper.unavailable(ALL_CAPS) == set()
+
+
+def test_bounding_set_is_read_from_status() -> None:
+    status = "Name:\tx\nCapBnd:\t000001fffeffffff\nCapAmb:\t0\n"
+    assert runtime_wrapper.bounding_set(status) == 0x1FFFEFFFFFF
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["--root", "/r", "--log", "/l", "create", "--bundle", "/b", "id"], ("/b/config.json", True)),
+    (["run", "-b", "/b", "id"], ("/b/config.json", True)),
+    (["--log-format", "json", "exec", "--process", "/p.json", "--detach", "id"],
+     ("/p.json", False)),
+    (["exec", "-t", "id", "sh"], None),
+    (["start", "id"], None),
+    (["delete", "--force", "id"], None),
+])
+def test_spec_file_for_each_runc_call(argv: list[str], want: tuple[str, bool] | None) -> None:
+    assert runtime_wrapper.spec_file(argv) == want
+
+
+def test_rewrite_strips_only_unavailable_caps(tmp_path: Path) -> None:
+    caps = ["CAP_CHOWN", "CAP_SYS_RESOURCE", "CAP_SYS_ADMIN"]
+    cfg = {"ociVersion": "1.0.2", "process": {"capabilities": {
+        k: list(caps) for k in runtime_wrapper.CAP_SETS}}, "root": {"path": "rootfs"}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    removed = runtime_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"})
+    assert removed == ["CAP_SYS_RESOURCE"]
+    after = json.loads(path.read_text())
+    for k in runtime_wrapper.CAP_SETS:
+        assert after["process"]["capabilities"][k] == ["CAP_CHOWN", "CAP_SYS_ADMIN"]
+    assert after["root"] == cfg["root"]
+
+
+def test_installed_wrapper_execs_the_real_runtime_with_a_rewritten_spec(tmp_path: Path) -> None:
+    # A stand-in "runc" that prints its argv and the spec it was handed.
+    fake = tmp_path / "runc"
+    fake.write_text(f"#!{sys.executable}\nimport sys, json\n"
+                    "print(json.dumps({'argv': sys.argv[1:], "
+                    "'caps': json.load(open(sys.argv[-1]))['capabilities']['bounding']}))\n")
+    fake.chmod(0o755)
+    wrapper = dockerhost.install_wrapper(tmp_path / "fakegpu-runc", fake)
+    proc = tmp_path / "process.json"
+    missing = sorted(runtime_wrapper.unavailable(
+        runtime_wrapper.bounding_set(Path("/proc/self/status").read_text())))
+    proc.write_text(json.dumps({"capabilities": {"bounding": ["CAP_KILL", *missing]}}))
+    out = subprocess.run([str(wrapper), "exec", "--process", str(proc), str(proc)],
+                         capture_output=True, text=True, check=True, env=dict(os.environ))
+    seen = json.loads(out.stdout)
+    assert seen["argv"] == ["exec", "--process", str(proc), str(proc)]
+    assert seen["caps"] == ["CAP_KILL"]  # whatever this host lacks is gone, the rest stays
+
+
+def test_daemon_config_registers_the_wrapper_only_when_needed(tmp_path: Path) -> None:
+    with_wrapper = dockerhost.daemon_config(tmp_path / "w")
+    assert with_wrapper["default-runtime"] == dockerhost.WRAPPER_RUNTIME
+    assert with_wrapper["runtimes"] == {dockerhost.WRAPPER_RUNTIME: {"path": str(tmp_path / "w")}}
+    assert "default-runtime" not in dockerhost.daemon_config(None)
+
+
+def test_entrypoint_refuses_a_node_not_in_the_topology(tmp_path: Path) -> None:
+    env = {"NODE_NAME": "nope", "FAKEGPU_TOPOLOGY": str(REPO / "fixtures" / "gb200-mini.yaml"),
+           "FAKEGPU_NVML_STATE_DIR": str(tmp_path)}
+    with pytest.raises(InvalidInput, match="'nope' is not in topology"):
+        entrypoint.plugin_env(env)
+
+
+def test_entrypoint_renders_the_named_nodes_state(tmp_path: Path) -> None:
+    env = {"NODE_NAME": "gb200-2", "FAKEGPU_TOPOLOGY": str(REPO / "fixtures" / "gb200-mini.yaml"),
+           "FAKEGPU_NVML_STATE_DIR": str(tmp_path)}
+    out, node = entrypoint.plugin_env(env)
+    assert node == "gb200-2"
+    assert Path(out["FAKEGPU_NVML_STATE"]) == (tmp_path / "gb200-2.state").resolve()
+    assert Path(out["FAKEGPU_NVML_STATE"]).stat().st_size > 0
+    assert "libnvidia" not in out["LD_LIBRARY_PATH"] and out["LD_LIBRARY_PATH"]
+
+
+def test_oom_score_adj_below_the_floor_is_raised(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"process": {"oomScoreAdj": -998, "capabilities": {}}}))
+    runtime_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"}, oom_floor=-500)
+    assert json.loads(path.read_text())["process"]["oomScoreAdj"] == -500
+    path.write_text(json.dumps({"process": {"oomScoreAdj": 100}}))
+    runtime_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"}, oom_floor=-500)
+    assert json.loads(path.read_text())["process"]["oomScoreAdj"] == 100  # above: untouched
+
+
+def test_seccomp_is_dropped_only_for_a_runc_without_it(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    cfg = {"process": {}, "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}}}
+    path.write_text(json.dumps(cfg))
+    runtime_wrapper.rewrite(str(path), True, set(), seccomp=True)
+    assert "seccomp" in json.loads(path.read_text())["linux"]
+    runtime_wrapper.rewrite(str(path), True, set(), seccomp=False)
+    assert "seccomp" not in json.loads(path.read_text())["linux"]
+
+
+def test_seccomp_support_is_read_from_runc_features() -> None:
+    import shutil
+
+    from fakegpu.cluster import binaries
+
+    found = [Path(p) for p in (shutil.which("runc"),) if p]
+    cached = binaries.cached()
+    if cached is not None:
+        found.append(cached.runc)
+    assert found, "no runc on this host and none cached"
+    for runc in found:
+        # A runc linked with libseccomp names its version in `runc --version`.
+        version = subprocess.run([str(runc), "--version"], capture_output=True, text=True,
+                                 check=True).stdout
+        assert dockerhost.seccomp_supported(runc) is ("libseccomp" in version), runc
