@@ -38,11 +38,8 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real etcd + kube-apiserver. The binaries are obtained (built from the Go module proxy
     when missing, as in CI) rather than skipped for: only a host that truly cannot have them
     (no Go and nothing cached, an unsupported architecture) skips, saying why."""
-    try:
-        from fakegpu.cluster import binaries
-        from fakegpu.cluster.controlplane import ControlPlane
-    except ImportError as err:
-        pytest.skip(f"no kube-apiserver: fakegpu.cluster is not importable ({err})")
+    from fakegpu.cluster import binaries
+    from fakegpu.cluster.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
 
     try:
@@ -55,26 +52,15 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def nvml_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str]:
-    try:
-        from fakegpu.nvml import env as nvml
-        from fakegpu.nvml import state
-        from fakegpu.topology.load import load_topology
-    except ImportError as err:
-        pytest.skip(f"no fake NVML: fakegpu.nvml / fakegpu.topology not ready ({err})")
-    if not any(Path(nvml.libdir()).glob("libnvidia-ml.so.1")):
-        pytest.skip(f"no fake NVML: libnvidia-ml.so.1 not built in {nvml.libdir()}")
+    from fakegpu.nvml import env as nvml
+    from fakegpu.nvml import state
+    from fakegpu.topology.load import load_topology
+
     topology = load_topology(REPO / "fixtures" / "dgx-h100.yaml")
     node = topology.nodes[0].name
     path = tmp_path_factory.mktemp("nvml") / "state.bin"
-    env = dict(os.environ)
-    if hasattr(state, "render") and hasattr(nvml, "env"):  # the documented contract
-        state.render(topology, node, path)
-        env.update(nvml.env(path))
-    else:  # until that contract lands: the same state file, the same variables
-        state.write_atomic(path, state.render_bytes(topology, topology.nodes[0]))
-        env["FAKEGPU_NVML_STATE"] = str(path)
-        env["LD_LIBRARY_PATH"] = f"{nvml.libdir()}:{env.get('LD_LIBRARY_PATH', '')}"
-    return env, node
+    state.render(topology, node, path)
+    return {**os.environ, **nvml.env(path)}, node
 
 
 def test_serves_the_kubelet_while_the_apiserver_is_unreachable(
@@ -253,12 +239,10 @@ def test_two_instances_on_fake_gpus_and_real_apiserver(
 
 def fake_node(root: Path, fixture: str, node_index: int) -> tuple[dict[str, str], str, Path]:
     """A node's own NVML state file (faults injected here touch no other test)."""
-    try:
-        from fakegpu.nvml import env as nvml
-        from fakegpu.nvml import state
-        from fakegpu.topology.load import load_topology
-    except ImportError as err:
-        pytest.skip(f"no fake NVML: fakegpu.nvml / fakegpu.topology not ready ({err})")
+    from fakegpu.nvml import env as nvml
+    from fakegpu.nvml import state
+    from fakegpu.topology.load import load_topology
+
     topology = load_topology(REPO / "fixtures" / fixture)
     node = topology.nodes[node_index].name
     path = state.render(topology, node, root / f"{node}.bin")
