@@ -20,3 +20,12 @@ def cache_dir() -> Path:
 def repo_fixtures_dir() -> Path:
     """The fixtures shipped in the source tree (``fixtures/`` beside the package)."""
     return Path(__file__).resolve().parent.parent / "fixtures"
+
+
+# The one default cluster topology (the talk's 4x4 mini GB200 rack), for every command and the
+# pytest plugin alike.
+DEFAULT_TOPOLOGY = "gb200-mini.yaml"
+
+
+def default_topology() -> Path:
+    return repo_fixtures_dir() / DEFAULT_TOPOLOGY

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fakegpu import paths
 from fakegpu.testkit import prereq
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 E2E_MARKER = "e2e"
 MARKER_HELP = "e2e: end-to-end tests against a real Kubernetes cluster (fakegpu cluster)"
 DEFAULT_CLUSTER_NAME = "fakegpu-e2e"
-DEFAULT_TOPOLOGY = "gb200-mini.yaml"
 REPORTS_SUBDIR = Path("reports") / "fakegpu-e2e"
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 
@@ -67,11 +67,9 @@ class Options:
                 raise pytest.UsageError(f"--k8s-version: {err}") from err
         given = config.getoption("fakegpu_topology")
         if given is None:
-            from fakegpu import paths
-
             # The default is checked when a cluster is needed, not here: a run without e2e
             # tests (or an installed fakegpu without the source tree) must not fail over it.
-            topology = paths.repo_fixtures_dir() / DEFAULT_TOPOLOGY
+            topology = paths.default_topology()
         else:
             topology = (config.invocation_params.dir / str(given)).resolve()
             if not topology.is_file():
@@ -94,7 +92,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--k8s-version", dest="k8s_version", default=None, metavar="VERSION",
                     help="Kubernetes release, e.g. 1.34 or 1.37.2 (default: newest supported)")
     group.addoption("--topology", dest="fakegpu_topology", default=None, metavar="FILE",
-                    help=f"topology YAML of the e2e cluster (default: fixtures/{DEFAULT_TOPOLOGY})")
+                    help="topology YAML of the e2e cluster "
+                         f"(default: fixtures/{paths.DEFAULT_TOPOLOGY})")
     group.addoption("--keep-cluster", dest="keep_cluster", action="store_true", default=False,
                     help="leave the e2e cluster running after the session, and reuse a running "
                          "healthy cluster of the same name")

@@ -13,17 +13,12 @@ from typing import Any
 from rich.console import Console
 
 from fakegpu.errors import EXIT_FAILED, EXIT_INVALID, FakegpuError
-from fakegpu.paths import repo_fixtures_dir
+from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
 from . import add_verbose
 
 DEFAULT_NAME = "fakegpu"
-DEFAULT_TOPOLOGY = "gb200-mini.yaml"
 DEMO_POD = "fakegpu-demo"
-
-
-def _default_topology() -> Path:
-    return repo_fixtures_dir() / DEFAULT_TOPOLOGY
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -129,7 +124,7 @@ def _provider(args: argparse.Namespace, console: Console, **kw: Any) -> Any:
 
 def _up(args: argparse.Namespace) -> int:
     console = _console()
-    topology = args.topology or _default_topology()
+    topology = args.topology or default_topology()
     provider = _provider(args, console, retain_on_failure=args.retain)
     start = time.monotonic()
     info = provider.up(args.name, topology, args.k8s_version)
@@ -260,7 +255,7 @@ def _demo(args: argparse.Namespace) -> int:
         if provider.status(name) is not None:
             console.print(f"cluster {name!r} exists but is not healthy: recreating it")
             provider.down(name)
-        provider.up(name, args.topology or _default_topology(), args.k8s_version)
+        provider.up(name, args.topology or default_topology(), args.k8s_version)
     info = provider.status(name)
     if info is None:
         raise FakegpuError(f"cluster {name!r} vanished while the demo ran")

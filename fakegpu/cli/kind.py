@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.paths import repo_fixtures_dir
+from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
 from . import add_verbose
 
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cfg = cmds.add_parser("config", help="print the kind config for a minor and topology")
     cfg.add_argument("--k8s-version", default=None, metavar="1.N")
     cfg.add_argument("--topology", type=Path, default=None,
-                     help="topology YAML (default: fixtures/gb200-mini.yaml)")
+                     help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
     cfg.add_argument("--image", default=None, help="node image to name in the config")
     add_verbose(cfg)
     cfg.set_defaults(func=_config)
@@ -91,7 +91,7 @@ def _config(args: argparse.Namespace) -> int:
     from fakegpu.cluster.kind import config
     from fakegpu.topology.load import load_topology
 
-    topology = args.topology or repo_fixtures_dir() / "gb200-mini.yaml"
+    topology = args.topology or default_topology()
     topo = load_topology(topology)
     minor = featuregates.parse_minor(binaries.resolve_version(args.k8s_version))
     header = config.committed_header(minor, topo.name)
