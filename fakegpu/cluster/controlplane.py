@@ -269,54 +269,53 @@ class ControlPlane:
 
     def _start_controller_manager(self) -> None:
         c = self._certs()
-        kc = self._component_kubeconfig("controller-manager", c.controller_manager,
-                                        "system:kube-controller-manager")
-        assert self.gates is not None
-        args = [
-            str(self._bins().kube_controller_manager),
-            f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
-            f"--bind-address={LOCALHOST}",
-            f"--secure-port={self.ports.controller_manager}",
-            f"--cert-dir={self.workdir / 'controller-manager'}",
-            f"--root-ca-file={c.ca.cert_path}",
-            f"--service-account-private-key-file={c.service_account.key}",
-            f"--cluster-signing-cert-file={c.ca.cert_path}",
-            f"--cluster-signing-key-file={c.ca.key_path}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--use-service-account-credentials=true",
-            "--leader-elect=false",
-            "--controllers=*",
-            # Notice a stopped node within seconds, not the default 50s (fault suites wait).
-            "--node-monitor-grace-period=20s",
-        ]
-        if self.gates:
-            args.append(f"--feature-gates={featuregates.format_map(self.gates)}")
-        rec = self._spawn("kube-controller-manager", args)
-        wait_until("kube-controller-manager /healthz",
-                   lambda: _https_ok(f"https://{LOCALHOST}:{self.ports.controller_manager}/healthz"),
-                   self.policy, watch=[rec])
+        self._start_secure_component(
+            "kube-controller-manager", self._bins().kube_controller_manager,
+            self.ports.controller_manager,
+            self._component_kubeconfig("controller-manager", c.controller_manager,
+                                       "system:kube-controller-manager"),
+            self.workdir / "controller-manager",
+            [
+                f"--root-ca-file={c.ca.cert_path}",
+                f"--service-account-private-key-file={c.service_account.key}",
+                f"--cluster-signing-cert-file={c.ca.cert_path}",
+                f"--cluster-signing-key-file={c.ca.key_path}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--use-service-account-credentials=true",
+                "--controllers=*",
+                # Notice a stopped node within seconds, not the default 50s (fault suites wait).
+                "--node-monitor-grace-period=20s",
+            ],
+        )
 
     def _start_scheduler(self) -> None:
         c = self._certs()
-        kc = self._component_kubeconfig("scheduler", c.scheduler, "system:kube-scheduler")
+        self._start_secure_component(
+            "kube-scheduler", self._bins().kube_scheduler, self.ports.scheduler,
+            self._component_kubeconfig("scheduler", c.scheduler, "system:kube-scheduler"),
+            self.workdir / "scheduler", [],
+        )
+
+    def _start_secure_component(self, name: str, binary: Path, port: int, kubeconfig: Path,
+                                cert_dir: Path, extra: list[str]) -> None:
+        """Controller-manager and scheduler share their shape: one kubeconfig for everything,
+        a serving port on localhost, no leader election, the cluster's gates; ready at /healthz."""
         assert self.gates is not None
         args = [
-            str(self._bins().kube_scheduler),
-            f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}",
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
             f"--bind-address={LOCALHOST}",
-            f"--secure-port={self.ports.scheduler}",
-            f"--cert-dir={self.workdir / 'scheduler'}",
+            f"--secure-port={port}",
+            f"--cert-dir={cert_dir}",
             "--leader-elect=false",
+            *extra,
         ]
         if self.gates:
             args.append(f"--feature-gates={featuregates.format_map(self.gates)}")
-        rec = self._spawn("kube-scheduler", args)
-        wait_until("kube-scheduler /healthz",
-                   lambda: _https_ok(f"https://{LOCALHOST}:{self.ports.scheduler}/healthz"),
+        rec = self._spawn(name, args)
+        wait_until(f"{name} /healthz", lambda: _https_ok(f"https://{LOCALHOST}:{port}/healthz"),
                    self.policy, watch=[rec])
 
     # --- checks -------------------------------------------------------------------------------
