@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fakegpu import __version__
 from fakegpu.errors import EXIT_INTERRUPTED, EXIT_INVALID, FakegpuError
@@ -60,3 +60,13 @@ def add_verbose(parser: argparse.ArgumentParser) -> None:
     """Every command accepts -v after its name too (``fakegpu topology show -v F``)."""
     parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="debug logging")
+
+
+def show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """The command of a group called without a subcommand: its help on stderr, exit 2."""
+
+    def show(_args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_INVALID
+
+    return show

@@ -12,10 +12,10 @@ from typing import Any
 
 from rich.console import Console
 
-from fakegpu.errors import EXIT_FAILED, EXIT_INVALID, FakegpuError
+from fakegpu.errors import EXIT_FAILED, FakegpuError
 from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
-from . import add_verbose
+from . import add_verbose, show_help
 
 DEFAULT_NAME = "fakegpu"
 DEMO_POD = "fakegpu-demo"
@@ -73,10 +73,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("node", help="node name (as in the topology)")
         name_arg(p)
         p.set_defaults(func=_node_stop if action == "stop" else _node_start)
-    node.set_defaults(func=_usage(node))
+    node.set_defaults(func=show_help(node))
 
     _add_binaries_commands(cmds)
-    cluster.set_defaults(func=_usage(cluster))
+    cluster.set_defaults(func=show_help(cluster))
 
     demo = sub.add_parser("demo", help="a cluster with fake GPUs and a GPU pod, in one command",
                           description="Bring up the embedded cluster on the default topology "
@@ -87,14 +87,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.add_argument("--k8s-version", default=None, metavar="1.N")
     name_arg(demo)
     demo.set_defaults(func=_demo)
-
-
-def _usage(parser: argparse.ArgumentParser) -> Any:
-    def show(_args: argparse.Namespace) -> int:
-        parser.print_help(sys.stderr)
-        return EXIT_INVALID
-
-    return show
 
 
 def _add_binaries_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
-from . import add_verbose
+from . import add_verbose, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,11 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_verbose(dock)
     dock.set_defaults(func=_docker)
 
-    def _usage(_args: argparse.Namespace) -> int:
-        kind.print_help(sys.stderr)
-        return 2
-
-    kind.set_defaults(func=_usage)
+    kind.set_defaults(func=show_help(kind))
 
 
 def _console() -> Console:

@@ -8,18 +8,18 @@ import shlex
 import sys
 from pathlib import Path
 
-from fakegpu.errors import EXIT_INVALID, EXIT_OK, InvalidInput
+from fakegpu.errors import EXIT_OK, InvalidInput
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
-    from fakegpu.cli import add_verbose
+    from fakegpu.cli import add_verbose, show_help
 
     nvml = sub.add_parser("nvml", help="the fake libnvidia-ml.so.1 and its per-node state",
                           description="Point NVML clients at a fake node.")
     add_verbose(nvml)
     cmds = nvml.add_subparsers(dest="nvml_command", metavar="COMMAND")
-    nvml.set_defaults(func=lambda _a: _usage(nvml))
+    nvml.set_defaults(func=show_help(nvml))
 
     env = cmds.add_parser("env", help="print shell exports that make NVML see one node",
                           description='Use as: eval "$(fakegpu nvml env --topology F --node N)". '
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                        "NVML client on the node sees them at once.")
     add_verbose(fault)
     fcmds = fault.add_subparsers(dest="fault_command", metavar="COMMAND")
-    fault.set_defaults(func=lambda _a: _usage(fault))
+    fault.set_defaults(func=show_help(fault))
     kinds = "xid VALUE | ecc-dbe | gpu-lost | nvlink-down LINK | fabric-degraded"
     inject = fcmds.add_parser("inject", help=f"inject a fault: {kinds}")
     _node_args(inject)
@@ -74,11 +74,6 @@ def _node_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--state", metavar="PATH",
                         help="state file (with --topology: where to render it)")
     parser.set_defaults(_node_required=required)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_INVALID
 
 
 def _state_path(args: argparse.Namespace, *, render: bool = True, fresh: bool = False) -> Path:

@@ -8,9 +8,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from fakegpu.errors import EXIT_INVALID, InvalidInput
+from fakegpu.errors import InvalidInput
 
-from . import add_verbose
+from . import add_verbose, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,11 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_verbose(classes)
     classes.set_defaults(func=_deviceclass)
 
-    def _usage(_args: argparse.Namespace) -> int:
-        plugin.print_help(sys.stderr)
-        return EXIT_INVALID
-
-    plugin.set_defaults(func=_usage)
+    plugin.set_defaults(func=show_help(plugin))
 
 
 def _run(args: argparse.Namespace) -> int:

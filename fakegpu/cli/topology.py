@@ -14,14 +14,14 @@ from fakegpu.topology.render import to_json, to_table
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
-    # Imported here: fakegpu.cli imports this module before defining add_verbose.
-    from fakegpu.cli import add_verbose
+    # Imported here, as fakegpu.cli imports the command modules.
+    from fakegpu.cli import add_verbose, show_help
 
     parser = sub.add_parser("topology", help="validate and show topology files",
                             description="Validate and show fake GPU cluster topologies.")
     add_verbose(parser)
     commands = parser.add_subparsers(dest="topology_command", metavar="COMMAND")
-    parser.set_defaults(func=lambda _args: _usage(parser))
+    parser.set_defaults(func=show_help(parser))
 
     validate = commands.add_parser(
         "validate", help="check topology files (exit 2 and one line per problem if invalid)",
@@ -38,11 +38,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("--format", choices=("table", "json"), default="table")
     add_verbose(show)
     show.set_defaults(func=_show)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return EXIT_INVALID
 
 
 def _validate(args: argparse.Namespace) -> int:
