@@ -187,6 +187,15 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
     return NVML_SUCCESS;
 }
 
+/* Checked before the profile lookup, so a wrong version is reported as such whatever the id. */
+static nvmlReturn_t gi_info_version(const nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    return info->version == nvmlGpuInstanceProfileInfo_v2 ||
+                   info->version == nvmlGpuInstanceProfileInfo_v3
+               ? NVML_SUCCESS
+               : NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+}
+
 static nvmlReturn_t fill_gi_profile_v(const struct fgs_profile *p, nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     if (info->version == nvmlGpuInstanceProfileInfo_v2) {
@@ -217,9 +226,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
                                                   nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     FG_MIG_GPU(device, ref, info);
-    if (info->version != nvmlGpuInstanceProfileInfo_v2 &&
-        info->version != nvmlGpuInstanceProfileInfo_v3)
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    FG_TRY(gi_info_version(info));
     int pi;
     FG_TRY(gi_profile_index(s, profile, &pi));
     return fill_gi_profile_v(&s->profiles[pi], info);
@@ -229,9 +236,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsig
                                                       nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     FG_MIG_GPU(device, ref, info);
-    if (info->version != nvmlGpuInstanceProfileInfo_v2 &&
-        info->version != nvmlGpuInstanceProfileInfo_v3)
-        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    FG_TRY(gi_info_version(info));
     int pi = find_profile_by_id(s, profileId);
     if (pi < 0) return NVML_ERROR_INVALID_ARGUMENT;
     return fill_gi_profile_v(&s->profiles[pi], info);
