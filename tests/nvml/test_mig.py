@@ -219,3 +219,27 @@ print(json.dumps(out, default=lambda x: x.value))
     got = py_json(path, code)
     assert got == [[f"{gpu.product.name} MIG {i.profile}", i.placement_start]
                    for i in gpu.mig.instances]
+
+
+def test_profile_info_reads_the_callers_struct_version(tmp_path: Path) -> None:
+    """v2 and v3 layouts are filled; an unknown version is refused before the profile lookup."""
+    topo = topology("dgx-h100")
+    path = render_node(tmp_path, topo, topo.nodes[0].name)
+    out = py_json(path, HELPERS + """
+import ctypes
+fn = n._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoV")
+byid = n._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoByIdV")
+info = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+info.version = n.nvmlGpuInstanceProfileInfo_v2
+ok = fn(h, 0, ctypes.byref(info))
+bad = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+bad.version = 0x07000098
+name = info.name.decode() if isinstance(info.name, bytes) else info.name
+print(json.dumps({"ok": ok, "name": name, "bad": fn(h, 0, ctypes.byref(bad)),
+                  "bad_unknown_id": byid(h, 9999, ctypes.byref(bad)),
+                  "good_unknown_id": byid(h, 9999, ctypes.byref(info))}))
+""")
+    first = topo.nodes[0].gpus[0].product.mig.profiles[0]  # type: ignore[union-attr]
+    assert out["ok"] == 0 and out["name"] == first.name
+    assert out["bad"] == out["bad_unknown_id"] == 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    assert out["good_unknown_id"] == 2  # NVML_ERROR_INVALID_ARGUMENT
