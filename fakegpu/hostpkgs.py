@@ -21,7 +21,17 @@ _updated = False
 def installed(package: str) -> bool:
     res = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package],
                          capture_output=True, text=True, check=False)
-    return res.returncode == 0 and res.stdout.strip().endswith("installed")
+    return res.returncode == 0 and is_installed_status(res.stdout)
+
+
+def is_installed_status(status: str) -> bool:
+    """dpkg's ``want ok state`` triple says installed only when its state word is exactly that.
+
+    A package once known to dpkg and then removed reads ``unknown ok not-installed`` (or
+    ``deinstall ok config-files``): the state word, not a suffix, decides.
+    """
+    words = status.split()
+    return len(words) == 3 and words[1] == "ok" and words[2] == "installed"
 
 
 def ensure(packages: Iterable[str], *, why: str, console: Console | None = None) -> None:

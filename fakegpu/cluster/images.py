@@ -31,6 +31,7 @@ from rich.console import Console
 from fakegpu import __version__, paths
 from fakegpu.cluster import oci
 from fakegpu.errors import FakegpuError, MissingPrerequisite
+from fakegpu.fsutil import atomic_write
 
 # What containerd 2.4's CRI uses as sandbox image by default, and what Kubernetes 1.37
 # (kubeadm's PauseVersion) names: configure nodes with this constant, not a literal.
@@ -125,7 +126,7 @@ def _ensure_pause(root: Path, console: Console) -> Path:
     with tempfile.TemporaryDirectory() as work:
         binary = Path(work) / "pause"
         compile_pause(binary)
-        oci.write_atomic(archive, pause_archive_bytes(binary.read_bytes(), host_arch()))
+        atomic_write(archive, pause_archive_bytes(binary.read_bytes(), host_arch()))
     return archive
 
 
@@ -222,7 +223,7 @@ def _ensure_workload(root: Path, console: Console) -> Path:
         exe.write_bytes(busybox)
         exe.chmod(0o755)
         applets = busybox_applets(exe)
-    oci.write_atomic(archive, workload_archive_bytes(busybox, applets, host_arch(), ref))
+    atomic_write(archive, workload_archive_bytes(busybox, applets, host_arch(), ref))
     return archive
 
 

@@ -16,7 +16,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -192,11 +191,3 @@ def manifest_digest(archive: Path) -> str:
             raise ValueError(f"{archive} has no index.json")
         index = json.load(member)
     return str(index["manifests"][0]["digest"])
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

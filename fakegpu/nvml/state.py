@@ -9,13 +9,12 @@ exports, see faults.py) change it, under its lock and journal protocol.
 from __future__ import annotations
 
 import ctypes
-import os
-import tempfile
 import uuid as uuidlib
 import zlib
 from pathlib import Path
 
 from fakegpu.errors import InvalidInput
+from fakegpu.fsutil import atomic_write
 from fakegpu.topology.model import (
     FabricHealth,
     FabricState,
@@ -362,28 +361,6 @@ def render_bytes(topology: Topology, node: Node) -> bytes:
     return bytes(h) + b"".join(bytes(g) for g in gpus)
 
 
-def write_atomic(path: Path, data: bytes) -> Path:
-    """temp file in the same directory + fsync + rename + fsync of the directory."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
-
-
 def render(topology: Topology, node: str | Node, path: str | Path) -> Path:
     """Render one node's state file to ``path`` (replacing any old one) and return it."""
     if isinstance(node, str):
@@ -392,7 +369,7 @@ def render(topology: Topology, node: str | Node, path: str | Path) -> Path:
         except KeyError:
             names = ", ".join(n.name for n in topology.nodes)
             raise InvalidInput(f"no node {node!r} in topology {topology.name} ({names})") from None
-    return write_atomic(Path(path), render_bytes(topology, node))
+    return atomic_write(Path(path), render_bytes(topology, node))
 
 
 def read_header(path: str | Path) -> Header:

@@ -37,6 +37,7 @@ from fakegpu.cluster import binaries, images, oci
 from fakegpu.cluster.kind import dockerhost, nodefiles, rootfs, tools
 from fakegpu.cluster.process import CommandError, run
 from fakegpu.errors import FakegpuError
+from fakegpu.fsutil import atomic_write
 
 NODE_REPO = "fakegpu.local/kind-node"
 KINDEST_NODE = "kindest/node"
@@ -116,7 +117,7 @@ def component_archives(version: str, refs: dict[str, str], bins: binaries.Binari
                       _binary_layer(name, binary)]
             cfg = oci.ImageConfig(entrypoint=(f"/usr/local/bin/{name}",)) if name == "etcd" \
                 else oci.ImageConfig()
-            oci.write_atomic(dest, oci.build_archive(ref, layers, cfg, arch=arch))
+            atomic_write(dest, oci.build_archive(ref, layers, cfg, arch=arch))
         archives.append(dest)
     return archives
 

@@ -1,0 +1,58 @@
+"""The one atomic file write of fakegpu.
+
+Every file a reader may look at while it is being replaced (NVML state, checkpoints, CDI specs,
+cluster state, images) goes through :func:`atomic_write`: a reader sees the old file or the
+whole new one, and after a crash the rename is durable (file and directory are fsynced).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# Temp files are named ``.<name>.<random>.tmp`` so a crashed writer's leftovers can be found
+# (and removed) by :func:`remove_stale_temps`.
+TEMP_SUFFIX = ".tmp"
+
+
+def atomic_write(path: str | Path, data: bytes | str, *, mode: int | None = None) -> Path:
+    """Replace ``path`` with ``data``: temp file in the same directory, fsync, rename, fsync dir."""
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """Make a rename or unlink in ``directory`` durable."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_stale_temps(directory: str | Path, name: str) -> list[Path]:
+    """Remove temp files that a killed :func:`atomic_write` of ``directory/name`` left behind.
+
+    Only call it while holding whatever lock serialises writers of that file.
+    """
+    removed = []
+    for tmp in Path(directory).glob(f".{name}.*{TEMP_SUFFIX}"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed

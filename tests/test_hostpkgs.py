@@ -1,0 +1,19 @@
+"""hostpkgs decides "installed" from dpkg's status word exactly."""
+
+import pytest
+
+from fakegpu.hostpkgs import is_installed_status
+
+
+@pytest.mark.parametrize("status, expected", [
+    ("install ok installed", True),
+    ("hold ok installed", True),
+    # A package dpkg knows but that was removed: the fresh-machine answer for debootstrap.
+    ("unknown ok not-installed", False),
+    ("deinstall ok config-files", False),
+    ("install ok half-installed", False),
+    ("install reinstreq half-installed", False),
+    ("", False),
+])
+def test_status_word_decides(status: str, expected: bool) -> None:
+    assert is_installed_status(status) is expected
