@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
 
-.PHONY: demo test test-kind lint clean
+.PHONY: demo test test-kind lint fuzz clean
 
 demo: $(STAMP)
 	$(VENV)/bin/fakegpu demo
@@ -25,6 +25,11 @@ endif
 test-kind: $(STAMP)
 	$(VENV)/bin/python -m pytest e2e tests/kind -m e2e --fakegpu-provider kind \
 		--junitxml=reports/junit-kind.xml
+
+# Every fuzz target for FUZZ_SECONDS each (docs/reliability.md has the counts of the last long run).
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	tools/fuzz.sh $(FUZZ_SECONDS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks
