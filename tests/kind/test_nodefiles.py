@@ -39,3 +39,20 @@ def test_cni_config_hands_out_the_nodes_pod_cidr(cidr: str) -> None:
     assert bridge["type"] == "bridge" and bridge["ipam"]["type"] == "host-local"
     assert bridge["ipam"]["ranges"] == [[{"subnet": cidr}]]
     assert {p["type"] for p in conf["plugins"]} == {"bridge", "portmap"}
+
+
+def test_cgroup_v1_nodes_switch_containerd_to_cgroupfs(tmp_path) -> None:
+    """On a v1 host the entrypoint's sed turns SystemdCgroup off in the real config (and nothing
+    else): systemd's v1 driver freezes containers to set device rules, which fails under load."""
+    start = nodefiles.ENTRYPOINT.index("  sed -i -E 's/^([[:space:]]*SystemdCgroup")
+    end = nodefiles.ENTRYPOINT.index("\nfi\n", start)
+    step = nodefiles.ENTRYPOINT[start:end]
+    config = tmp_path / "config.toml"
+    original = nodefiles.containerd_config("registry.k8s.io/pause:3.10.2")
+    config.write_text(original)
+    subprocess.run(["bash", "-euc", step], env={"FAKEGPU_CONTAINERD_CONFIG": str(config)},
+                   check=True)
+    cfg = tomllib.loads(config.read_text())
+    runc = cfg["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["runc"]
+    assert runc["options"]["SystemdCgroup"] is False
+    assert config.read_text() == original.replace("SystemdCgroup = true", "SystemdCgroup = false")

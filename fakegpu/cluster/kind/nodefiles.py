@@ -6,8 +6,9 @@ here); they honour the contract kind's ``create`` relies on:
   says "detected cgroup v1" or systemd reached the multi-user target;
 - ``/kind/version`` names the Kubernetes version; kubeadm, kubelet and kubectl are on PATH;
 - kubelet.service waits for kubeadm's ``/var/lib/kubelet/config.yaml`` and reads
-  ``kubeadm-flags.env``; kind's kubeadm config puts pods under cgroup root ``/kubelet`` with the
-  systemd driver;
+  ``kubeadm-flags.env``; kind's kubeadm config puts pods under cgroup root ``/kubelet``; on a
+  cgroup v1 host the entrypoint switches containerd (and through the CRI the kubelet) to the
+  cgroupfs driver, see ENTRYPOINT;
 - containerd reads ``/etc/containerd/config.toml``, which kind patches
   (``containerdConfigPatches``) and then restarts containerd.
 """
@@ -47,6 +48,14 @@ else
       mountpoint -q "$sub/$root" || mount --bind "$sub/$root" "$sub/$root"
     done
   done
+  # cgroupfs, not systemd, drives pod cgroups on v1. systemd's v1 driver applies a container's
+  # device rules by rewriting them wholesale, so runc freezes the container around every such
+  # update; on a loaded host the freeze does not settle in time and the pod fails to start
+  # ("error setting cgroup config for procHooks process: unable to freeze"). The cgroupfs
+  # driver applies device rules without freezing. The kubelet takes its driver from containerd
+  # (CRI RuntimeConfig, GA and locked on since 1.34), so this one setting moves both.
+  sed -i -E 's/^([[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*)true/\1false/' \
+    "${FAKEGPU_CONTAINERD_CONFIG:-/etc/containerd/config.toml}"
 fi
 
 # Every node needs its own machine id (kubelet and journald use it) and product uuid.
