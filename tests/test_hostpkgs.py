@@ -17,3 +17,11 @@ from fakegpu.hostpkgs import is_installed_status
 ])
 def test_status_word_decides(status: str, expected: bool) -> None:
     assert is_installed_status(status) is expected
+
+
+def test_real_dpkg_answers() -> None:
+    """Against this machine's dpkg: dpkg itself is installed, a name nobody packages is not."""
+    from fakegpu.hostpkgs import installed
+
+    assert installed("dpkg") is True
+    assert installed("fakegpu-no-such-package") is False
