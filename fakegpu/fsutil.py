@@ -19,6 +19,24 @@ TEMP_SUFFIX = ".tmp"
 def atomic_write(path: str | Path, data: bytes | str, *, mode: int | None = None) -> Path:
     """Replace ``path`` with ``data``: temp file in the same directory, fsync, rename, fsync dir."""
     path = Path(path)
+    tmp = write_temp(path, data, mode=mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def write_temp(path: str | Path, data: bytes | str, *, mode: int | None = None) -> Path:
+    """The first half of :func:`atomic_write`: ``data`` in a synced temp file beside ``path``.
+
+    For writers that rename many files and sync their directory once (the DRA plugin's
+    batches): the caller does ``os.replace(temp, path)`` and then :func:`fsync_dir`, or
+    unlinks the temp.
+    """
+    path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
@@ -29,12 +47,10 @@ def atomic_write(path: str | Path, data: bytes | str, *, mode: int | None = None
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
-    return path
+    return Path(tmp)
 
 
 def fsync_dir(directory: str | Path) -> None:
