@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import FakegpuError
+from fakegpu.wait import WaitTimeout, until_true, wait_for
 
 # Popen objects of children started by this process, so they are reaped (no zombies) and
 # Python does not warn about still-running children when the objects are collected.
@@ -277,24 +278,22 @@ def wait_until(
     watch: Sequence[ProcessRecord] = (),
     fatal: Sequence[re.Pattern[str]] = (),
 ) -> None:
-    """Poll ``check`` until it returns True.
+    """Poll ``check`` until it returns True, on fakegpu's one loop (``fakegpu.wait``).
 
     Fails early if a watched process dies, or if its log (since its latest start) has a line
     matching one of ``fatal``: a component can stay alive but never become ready
     (containerd whose CRI plugin failed to load keeps serving everything else), and waiting
     out the timeout then only hides the cause. It also fails on timeout. Every error names
     ``what`` and ends with a log tail: of the failed component, or on timeout of the first
-    watched process (the component being waited for). Exceptions from ``check`` count as
-    "not yet" (the component may still be starting); the last one is reported on timeout.
+    watched process (the component being waited for).
+
+    Retry rule: a readiness probe of a component that is starting fails in many ways
+    (connection refused, TLS not ready, 503, a half-written answer), so every ``Exception``
+    from ``check`` counts as "not yet"; the last one is reported on timeout. A watched
+    process that died ends the wait at once instead.
     """
-    deadline = time.monotonic() + policy.timeout
-    last_err: Exception | None = None
-    while True:
-        try:
-            if check():
-                return
-        except Exception as err:  # transient: connection refused, 503, ...
-            last_err = err
+
+    def guard() -> None:
         for rec in watch:
             if not is_alive(rec):
                 raise ComponentError(
@@ -306,10 +305,13 @@ def wait_until(
                     f"{rec.name} failed while waiting for {what}: {_oneline(line, 300)}\n"
                     f"log {rec.log}:\n{tail(rec.log)}"
                 )
-        if time.monotonic() >= deadline:
-            detail = f" (last error: {last_err})" if last_err else ""
-            logs = "".join(f"\n--- {r.name} log {r.log}:\n{tail(r.log)}" for r in watch[:1])
-            raise ComponentError(
-                f"timed out after {policy.timeout:.0f}s waiting for {what}{detail}{logs}"
-            )
-        time.sleep(policy.interval)
+
+    try:
+        wait_for(until_true(check), what=what, timeout=policy.timeout,
+                 interval=policy.interval, transient=(Exception,), guard=guard)
+    except WaitTimeout as err:
+        detail = f" (last error: {err.last_error})" if err.last_error else ""
+        logs = "".join(f"\n--- {r.name} log {r.log}:\n{tail(r.log)}" for r in watch[:1])
+        raise ComponentError(
+            f"timed out after {policy.timeout:.0f}s waiting for {what}{detail}{logs}"
+        ) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakegpu.testkit.wait import NotYet, WaitTimeout, wait_for
+from fakegpu.testkit.wait import NotYet, WaitTimeout, until_true, wait_for
 
 
 def test_returns_the_first_value_after_not_yet() -> None:
@@ -61,3 +61,25 @@ def test_transient_error_at_timeout_is_reported() -> None:
 
     with pytest.raises(WaitTimeout, match="ConnectionError: refused"):
         wait_for(down, what="x", timeout=0.05, interval=0.01, transient=(ConnectionError,))
+
+
+def test_guard_ends_the_wait_early_and_its_error_propagates() -> None:
+    rounds: list[int] = []
+
+    def guard() -> None:
+        rounds.append(1)
+        if len(rounds) == 3:
+            raise RuntimeError("the component died")
+
+    with pytest.raises(RuntimeError, match="the component died"):
+        wait_for(lambda: (_ for _ in ()).throw(NotYet("starting")), what="x", timeout=60,
+                 interval=0.001, guard=guard)
+    assert len(rounds) == 3
+
+
+def test_until_true_turns_false_into_not_yet() -> None:
+    answers = [False, False, True]
+    wait_for(until_true(lambda: answers.pop(0)), what="x", timeout=10, interval=0.001)
+    assert answers == []
+    with pytest.raises(WaitTimeout, match="last seen: not yet"):
+        wait_for(until_true(lambda: False), what="x", timeout=0.03, interval=0.01)
