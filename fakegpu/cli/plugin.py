@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib import resources
 from pathlib import Path
 
 from fakegpu.errors import InvalidInput
@@ -59,10 +58,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_verbose(run)
     run.set_defaults(func=_run)
 
-    classes = cmds.add_parser("deviceclass", help="print the DeviceClass manifest (YAML)",
-                              description="Print the DeviceClass shipped with the plugin.")
+    classes = cmds.add_parser("deviceclass", help="print the DeviceClass manifests (YAML)",
+                              description="Print the driver's DeviceClasses (GPU and MIG), "
+                                          "the ones the Helm chart and the embedded cluster "
+                                          "install.")
     classes.add_argument("--nvidia-compatible", action="store_true",
-                         help="the gpu.nvidia.com class instead of gpu.fakegpu.dev")
+                         help="gpu.nvidia.com / mig.nvidia.com instead of gpu.fakegpu.dev / "
+                              "mig.fakegpu.dev")
     add_verbose(classes)
     classes.set_defaults(func=_deviceclass)
 
@@ -84,6 +86,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _deviceclass(args: argparse.Namespace) -> int:
-    name = "deviceclass-nvidia.yaml" if args.nvidia_compatible else "deviceclass.yaml"
-    sys.stdout.write(resources.files("fakegpu.plugin").joinpath("manifests", name).read_text())
+    import yaml
+
+    from fakegpu.deploy.manifests import Install, device_classes
+    from fakegpu.plugin.run import DEFAULT_DRIVER, NVIDIA_DRIVER
+
+    driver = NVIDIA_DRIVER if args.nvidia_compatible else DEFAULT_DRIVER
+    sys.stdout.write(yaml.safe_dump_all(device_classes(Install(driver=driver)), sort_keys=False))
     return 0

@@ -128,6 +128,11 @@ class NodeLayout:
         return self.root / "plugin.kubeconfig"
 
     @property
+    def plugin_token(self) -> Path:
+        """The plugin's service account token, bound to this node (see cluster/install.py)."""
+        return self.root / "plugin.token"
+
+    @property
     def plugin_state_dir(self) -> Path:
         return self.root / "plugin"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +72,17 @@ def test_daemonset_upgrades_seamlessly_and_mounts_what_the_kubelet_shares(
 def test_rbac_is_least_privilege(helm: Path) -> None:
     docs = render(helm, 37)
     (role,) = by_kind(docs, "ClusterRole")
-    rules = {(r["apiGroups"][0], r["resources"][0]): set(r["verbs"]) for r in role["rules"]}
+    rules = {(r["apiGroups"][0], r["resources"][0]): (set(r["verbs"]), r.get("resourceNames"))
+             for r in role["rules"]}
     assert rules == {
-        ("resource.k8s.io", "resourceclaims"): {"get"},
-        ("resource.k8s.io", "resourceclaims/status"): {"update", "patch"},
+        ("resource.k8s.io", "resourceclaims"): ({"get"}, None),
+        ("resource.k8s.io", "resourceclaims/status"): ({"update", "patch"}, None),
+        # 1.36+: device status is also authorized per driver, for claims on the token's node.
+        ("resource.k8s.io", "resourceclaims/driver"):
+            ({"associated-node:update", "associated-node:patch"}, ["gpu.fakegpu.dev"]),
         ("resource.k8s.io", "resourceslices"):
-            {"get", "list", "watch", "create", "update", "patch", "delete"},
+            ({"get", "list", "watch", "create", "update", "patch", "delete"}, None),
+        ("", "nodes"): ({"get"}, None),  # the owner of the node's slices
     }
     assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
     (sa,) = by_kind(docs, "ServiceAccount")
@@ -101,18 +105,58 @@ def test_admission_policy_binds_writes_to_the_plugins_own_node(helm: Path) -> No
     assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
 
 
-@pytest.mark.parametrize(("values", "manifests"), [
-    ((), ("deviceclass.yaml", "deviceclass-mig.yaml")),
-    (("--set", "nvidiaCompatible=true"), ("deviceclass-nvidia.yaml",)),
-])
-def test_device_classes_match_the_plugins_own(
-        helm: Path, values: tuple[str, ...], manifests: tuple[str, ...]) -> None:
-    rendered = {d["metadata"]["name"]: d["spec"]
-                for d in by_kind(render(helm, 37, *values), "DeviceClass")}
-    for name in manifests:
-        shipped = yaml.safe_load(
-            resources.files("fakegpu.plugin").joinpath("manifests", name).read_text())
-        assert rendered[shipped["metadata"]["name"]] == shipped["spec"]
+def _without_labels(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj["metadata"].items() if k != "labels"}
+    return {**obj, "metadata": meta}
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def _as_kind_installs_it(helm: Path, minor: int, driver: str) -> list[dict[str, Any]]:
+    """The chart's objects besides the plugin pods, as the kind provider installs it."""
+    from fakegpu.deploy.manifests import NAMESPACE, RELEASE
+
+    cmd = [str(helm), "template", RELEASE, str(CHART), "-n", NAMESPACE,
+           "--kube-version", f"1.{minor}.0", "--set-file", f"topology={TOPOLOGY}",
+           "--api-versions", "resource.k8s.io/v1/DeviceClass", "--set", f"driverName={driver}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return sorted((_without_labels(d) for d in yaml.safe_load_all(out.stdout)
+                   if d and d["kind"] not in ("DaemonSet", "ConfigMap")), key=_key)
+
+
+def _embedded_installs(driver: str) -> list[dict[str, Any]]:
+    from fakegpu.cluster import install
+    from fakegpu.deploy.manifests import Install
+
+    objs = install.objects(Install(driver=driver, resource_api="resource.k8s.io/v1"))
+    return sorted((o for o in objs if o["kind"] != "Namespace"), key=_key)
+
+
+@pytest.mark.parametrize("minor", MINORS)
+@pytest.mark.parametrize("driver", ["gpu.fakegpu.dev", "gpu.nvidia.com"])
+def test_both_providers_install_the_same_objects(helm: Path, minor: int, driver: str) -> None:
+    """Service account, RBAC, admission policy, DeviceClasses: what the embedded provider
+    applies is what the chart installs on kind (labels aside: those are Helm's)."""
+    chart = _as_kind_installs_it(helm, minor, driver)
+    assert {o["kind"] for o in chart} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "DeviceClass"}
+    assert _embedded_installs(driver) == chart
+
+
+def test_embedded_rbac_is_the_charts(helm: Path) -> None:
+    """The embedded cluster once granted every verb on resource.k8s.io, hiding RBAC bugs that
+    then failed on kind: its role, binding and service account are now the chart's."""
+    chart = {_key(o): o for o in _as_kind_installs_it(helm, 37, "gpu.fakegpu.dev")}
+    embedded = {_key(o): o for o in _embedded_installs("gpu.fakegpu.dev")}
+    for kind in ("ClusterRole", "ClusterRoleBinding", "ServiceAccount"):
+        (key,) = [k for k in chart if k[0] == kind]
+        assert embedded[key] == chart[key]
+    (role,) = [o for k, o in embedded.items() if k[0] == "ClusterRole"]
+    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"])
 
 
 @pytest.mark.parametrize(("api", "want"), [("v1", "resource.k8s.io/v1"),
@@ -194,3 +238,106 @@ def test_server_side_dry_run_install(
         input=yaml.safe_dump_all(docs), capture_output=True, text=True, check=False)
     assert applied.returncode == 0, applied.stderr
     assert len(applied.stdout.split()) == len(docs)
+
+
+# --- the plugin's rights on a real apiserver -----------------------------------------------------
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
+def _slice(name: str, node: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node",
+                                    "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"]}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": meta,
+            "spec": {"driver": "gpu.fakegpu.dev", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "gpu-0"}]}}
+
+
+def _claim_allocated_on(node: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": f"on-{node}", "namespace": "default"},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.fakegpu.dev"}}]}}}
+
+
+@pytest.mark.integration
+def test_the_plugin_writes_only_what_its_node_owns(apiserver: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    """The plugin's identity as the embedded provider gives it (the chart's service account,
+    token bound to the Node) with the shared RBAC and admission policy: its own node's slices
+    and claims' device status succeed, another node's are refused. On 1.36+ the status write
+    needs resourceclaims/driver (the chart lacked it: 422, and claims had no device status)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from fakegpu.cluster import install
+    from fakegpu.deploy.manifests import Install
+    from fakegpu.kube import api as kubeapi
+
+    admin_kubeconfig, _ = apiserver
+    cfg = yaml.safe_load(admin_kubeconfig.read_text())["clusters"][0]["cluster"]
+    values = Install(driver="gpu.fakegpu.dev")
+    with kubeapi.session(admin_kubeconfig) as admin:
+        core = client.CoreV1Api(admin)
+        nodes = {n: core.create_node(_node(n)).to_dict() for n in ("n1", "n2")}
+        kubeapi.apply(admin, install.objects(values))
+        paths = {}
+        for n in nodes:
+            token = kubeapi.service_account_token(admin, values.namespace,
+                                                  values.service_account, node=n, seconds=3600)
+            paths[n] = install.write_plugin_credentials(
+                token, values, kubeconfig=tmp_path / f"{n}.kubeconfig",
+                token_file=tmp_path / f"{n}.token", server=cfg["server"],
+                ca=Path(cfg["certificate-authority"]), cluster="t")
+        objects = client.CustomObjectsApi(admin)
+        claim = objects.create_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", _claim_allocated_on("n1"))
+        claim["status"] = {"allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": "gpu.fakegpu.dev",
+                                     "pool": "n1", "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+        objects.replace_namespaced_custom_object_status(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "on-n1", claim)
+
+    def refused(call: Any, *args: Any) -> str:
+        with pytest.raises(ApiException) as err:
+            call(*args)
+        assert err.value.status in (403, 422), err.value
+        return str(err.value.body)
+
+    with kubeapi.session(paths["n1"]) as plugin:
+        review = client.AuthenticationV1Api(plugin).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        user = review.status.user_info
+        assert user.username == "system:serviceaccount:fakegpu-system:fakegpu"
+        assert user.extra["authentication.kubernetes.io/node-name"] == ["n1"]
+        objects = client.CustomObjectsApi(plugin)
+        create = objects.create_cluster_custom_object
+        args = ("resource.k8s.io", "v1", "resourceslices")
+        own = client.CoreV1Api(plugin).read_node("n1").to_dict()  # get nodes: the owner
+        create(*args, _slice("n1-a", "n1", owner=own))
+        assert "may not write a ResourceSlice" in refused(create, *args, _slice("n2-a", "n2"))
+        assert "may not make node" in refused(create, *args,
+                                              _slice("n1-b", "n1", owner=nodes["n2"]))
+        claim = objects.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "on-n1")
+        claim["status"]["devices"] = [{"driver": "gpu.fakegpu.dev", "pool": "n1",
+                                       "device": "gpu-0", "data": {"uuid": "GPU-x"}}]
+        stored = objects.replace_namespaced_custom_object_status(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "on-n1", claim)
+        assert stored["status"]["devices"][0]["data"] == {"uuid": "GPU-x"}
+    with kubeapi.session(paths["n2"]) as other:
+        objects = client.CustomObjectsApi(other)
+        claim = objects.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", "default", "resourceclaims", "on-n1")
+        claim["status"]["devices"][0]["data"] = {"uuid": "GPU-forged"}
+        if featuregates.parse_minor(_apiserver_binaries().k8s_version) >= 36:
+            refused(objects.replace_namespaced_custom_object_status, "resource.k8s.io", "v1",
+                    "default", "resourceclaims", "on-n1", claim)

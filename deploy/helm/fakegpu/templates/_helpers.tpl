@@ -59,3 +59,45 @@ resource.k8s.io/v1beta1
 {{- fail "the cluster serves no resource.k8s.io version with DeviceClass (is DRA enabled?); set resourceApiVersion to render anyway" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+One of the manifests shared with the embedded provider (files/*.yaml, see files/README.md):
+its ${...} placeholders filled, each object given the chart's labels. Called with
+(list $ "<file name>"). A placeholder the chart does not know, or a document that is not YAML,
+fails the render.
+*/}}
+{{- define "fakegpu.shared" -}}
+{{- $root := index . 0 -}}
+{{- $path := printf "files/%s" (index . 1) -}}
+{{- $text := $root.Files.Get $path -}}
+{{- if not $text -}}
+{{- fail (printf "%s is missing from the chart" $path) -}}
+{{- end -}}
+{{- $values := dict
+      "${NAME}" (include "fakegpu.fullname" $root)
+      "${NAMESPACE}" $root.Release.Namespace
+      "${SERVICE_ACCOUNT}" (include "fakegpu.serviceAccountName" $root)
+      "${DRIVER}" (include "fakegpu.driverName" $root)
+      "${MIG_CLASS}" (include "fakegpu.migClassName" $root) -}}
+{{- if contains "${RESOURCE_API}" $text -}}
+{{- $_ := set $values "${RESOURCE_API}" (include "fakegpu.resourceApiVersion" $root) -}}
+{{- end -}}
+{{- range $key, $value := $values -}}
+{{- $text = replace $key $value $text -}}
+{{- end -}}
+{{- with regexFind "\\$\\{[A-Za-z_]*\\}" $text -}}
+{{- fail (printf "%s: unknown placeholder %s" $path .) -}}
+{{- end -}}
+{{- $labels := include "fakegpu.labels" $root | fromYaml -}}
+{{- range $doc := regexSplit "(?m)^---[ \\t]*$" $text -1 -}}
+{{- $obj := fromYaml $doc -}}
+{{- if hasKey $obj "Error" -}}
+{{- fail (printf "%s: %s" $path $obj.Error) -}}
+{{- end -}}
+{{- if $obj }}
+---
+{{ $_ := set $obj.metadata "labels" $labels -}}
+{{ toYaml $obj }}
+{{- end -}}
+{{- end -}}
+{{- end -}}

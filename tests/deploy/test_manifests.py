@@ -1,0 +1,68 @@
+"""The chart's shared manifests rendered without Helm (fakegpu.deploy.manifests) and what the
+embedded provider installs from them (fakegpu.cluster.install). The comparison with the chart
+rendered by Helm is in tests/kind/test_chart.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fakegpu.cluster import install
+from fakegpu.deploy import manifests
+from fakegpu.deploy.manifests import Install
+from fakegpu.errors import FakegpuError
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_FILES = REPO / "deploy" / "helm" / "fakegpu" / "files"
+
+
+def test_the_package_ships_the_charts_files() -> None:
+    """One copy: the package's files are the chart's (a link here, copied into a wheel)."""
+    shipped = {f.name: f.read_text() for f in manifests.files()}
+    in_chart = {f.name: f.read_text() for f in CHART_FILES.glob("*.yaml")}
+    assert shipped == in_chart and len(shipped) >= 4
+
+
+@pytest.mark.parametrize(("driver", "mig"), [("gpu.fakegpu.dev", "mig.fakegpu.dev"),
+                                             ("gpu.nvidia.com", "mig.nvidia.com")])
+def test_every_placeholder_is_filled(driver: str, mig: str) -> None:
+    objs = manifests.render(Install(driver=driver, resource_api="resource.k8s.io/v1beta2"))
+    assert "${" not in yaml.safe_dump_all(objs)
+    classes = {c["metadata"]["name"]: c for c in objs if c["kind"] == "DeviceClass"}
+    assert set(classes) == {driver, mig}
+    assert {c["apiVersion"] for c in classes.values()} == {"resource.k8s.io/v1beta2"}
+    (role,) = [o for o in objs if o["kind"] == "ClusterRole"]
+    (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
+    assert driver_rule["resourceNames"] == [driver]
+
+
+def test_an_unknown_placeholder_is_an_error() -> None:
+    with pytest.raises(FakegpuError, match=r"x.yaml: unknown placeholder \$\{NOPE\}"):
+        manifests.fill("name: ${NOPE}\n", Install(driver="d").placeholders(), "x.yaml")
+
+
+def test_embedded_objects_start_with_the_namespace_the_chart_is_installed_in() -> None:
+    objs = install.objects(Install(driver="gpu.fakegpu.dev"))
+    assert objs[0] == {"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": manifests.NAMESPACE}}
+    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount"]
+    assert sa["metadata"] == {"name": manifests.RELEASE, "namespace": manifests.NAMESPACE}
+    (binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": manifests.RELEASE,
+                                    "namespace": manifests.NAMESPACE}]
+
+
+def test_plugin_kubeconfig_names_the_token_file(tmp_path: Path) -> None:
+    from fakegpu.cluster.kubeconfig import write_kubeconfig
+
+    token = tmp_path / "plugin.token"
+    path = write_kubeconfig(tmp_path / "k", server="https://127.0.0.1:6443",
+                            ca=tmp_path / "ca.crt", token_file=token, user="sa")
+    doc = yaml.safe_load(path.read_text())
+    assert doc["users"] == [{"name": "sa", "user": {"tokenFile": str(token)}}]
+    assert path.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ValueError, match="cert and key, or token_file"):
+        write_kubeconfig(tmp_path / "k", server="s", ca=tmp_path / "ca", token_file=token,
+                         cert=tmp_path / "c", key=tmp_path / "k")
