@@ -8,11 +8,11 @@ claim-wide variables (NVIDIA_VISIBLE_DEVICES, DRA_ADMIN_ACCESS) sit at the top l
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fakegpu import fsutil
 
 if TYPE_CHECKING:
     from .prepare import ClaimPlan
@@ -62,25 +62,26 @@ def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
             "containerEdits": {"env": claim_env}, "devices": devices}
 
 
+def stage_spec(cdi_root: Path, filename: str, spec: dict[str, Any]) -> Path:
+    """The spec in a synced temp file; the caller renames it to ``cdi_root/filename``.
+
+    The temp name (``.<filename>.<random>.tmp``, fsutil's) is dot-prefixed and not ``.json``:
+    CDI loaders read only ``*.json`` / ``*.yaml``, so the runtime never sees half a spec.
+    """
+    return fsutil.write_temp(Path(cdi_root) / filename, json.dumps(spec, indent=1), mode=0o644)
+
+
 def write_spec(cdi_root: Path, filename: str, spec: dict[str, Any]) -> Path:
     """Atomic write: the runtime watches the directory and must never read half a spec."""
-    cdi_root = Path(cdi_root)
-    cdi_root.mkdir(parents=True, exist_ok=True)
-    target = cdi_root / filename
-    # A dot-prefixed, non-.json temp name: CDI loaders only read *.json / *.yaml.
-    fd, tmp = tempfile.mkstemp(dir=cdi_root, prefix=f".{filename}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(spec, out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return fsutil.atomic_write(Path(cdi_root) / filename, json.dumps(spec, indent=1), mode=0o644)
 
 
 def remove_spec(cdi_root: Path, filename: str) -> None:
     (Path(cdi_root) / filename).unlink(missing_ok=True)
+
+
+def remove_stale_temps(cdi_root: Path, driver: str) -> list[Path]:
+    """Temp files a killed writer of this driver left (other drivers' files stay)."""
+    if not Path(cdi_root).is_dir():
+        return []
+    return fsutil.remove_stale_temps(cdi_root, spec_filename(driver, "*"))

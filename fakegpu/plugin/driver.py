@@ -1,28 +1,44 @@
 """Prepare / unprepare for many claims at once, safely shared by every instance on the node.
 
-Stateless between calls: each call takes the state lock (a file lock in the shared state
-dir, so two instances during a rolling update never interleave), reloads the checkpoint,
-changes it and saves it. Errors are per claim; nothing here raises to the gRPC layer.
+Stateless between calls: the state is one record per prepared claim (``checkpoint.Records``),
+shared by every instance on the node (rolling update). A call reads and plans its claims
+without any lock, writes the CDI specs and records to synced temp files while the claims'
+device status is written to the apiserver, and then, under the commit lock, renames each
+claim's spec and record into place unless another instance got there first; one directory
+sync per batch makes it durable. No call waits on another for longer than a few renames, and
+no call's cost grows with the number of claims the node holds. Errors are per claim; nothing
+here raises to the gRPC layer.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from filelock import FileLock, Timeout
+from fakegpu import fsutil
+from fakegpu.errors import FakegpuError
 
-from . import cdi, checkpoint
-from .checkpoint import CheckpointError, PreparedClaim
+from . import cdi, checkpoint, names
+from .checkpoint import PreparedClaim
 from .discovery import Inventory, carry_lost
 from .prepare import ClaimError, ClaimPlan, ClaimRef, plan_claim, prepared_claim
+from .statelock import LockTimeout, StateLock
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 60.0
+STATUS_WORKERS = 16
+# HTTP answers that mean "this will never work as configured" (RBAC, admission, validation).
+_REFUSED = (401, 403, 422)
+STATUS_HINT = ("the plugin's service account needs update on resourceclaims/status and, "
+               "from Kubernetes 1.36 (granular status authorization), associated-node:update "
+               "on resourceclaims/driver for this driver; or run the plugin with "
+               "--no-device-status")
 
 
 class ClaimSource(Protocol):
@@ -44,6 +60,17 @@ class DriverConfig:
 class PrepareResult:
     claim: PreparedClaim | None
     error: str = ""
+
+
+@dataclass(frozen=True)
+class _Staged:
+    claim: PreparedClaim
+    spec: Path  # synced temp files, renamed into place at commit
+    record: Path
+
+    def discard(self) -> None:
+        self.spec.unlink(missing_ok=True)
+        self.record.unlink(missing_ok=True)
 
 
 class Devices:
@@ -73,63 +100,145 @@ class Driver:
         self.cfg = cfg
         self._claims = claims
         self._devices = devices
+        self._records = checkpoint.Records(cfg.state_dir)
+        self._lock = StateLock(cfg.state_dir, LOCK_TIMEOUT_S)
+        self._status = (ThreadPoolExecutor(STATUS_WORKERS, thread_name_prefix="claim-status")
+                        if cfg.write_status else None)
+        self.recover()
 
-    def _lock(self) -> FileLock:
-        self.cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        # A new lock object per call: thread-safe, and one flock per holder across processes.
-        # filelock polls a contended lock; its 50 ms default dominated prepare latency.
-        return FileLock(self.cfg.state_dir / "plugin.lock", timeout=LOCK_TIMEOUT_S,
-                        thread_local=False, poll_interval=0.002)
+    def recover(self) -> None:
+        """Startup: remove temp files killed writers left, migrate an old checkpoint.
+
+        Under the cleanup lock, so a live instance's files being staged right now stay.
+        """
+        try:
+            with self._lock.cleanup():
+                self._records.recover()
+                for tmp in cdi.remove_stale_temps(self.cfg.cdi_root, self.cfg.driver):
+                    log.info("removed a temp file a killed writer left: %s", tmp)
+        except LockTimeout as err:  # a busy peer: the next start cleans up instead
+            log.warning("skipped startup cleanup: %s", err)
+        except OSError as err:
+            raise FakegpuError(f"cannot set up the plugin state in {self.cfg.state_dir}: "
+                               f"{err}") from err
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.shutdown(wait=True)
 
     def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        try:
-            with self._lock():
-                done = checkpoint.load(self.cfg.state_dir).claims
-        except (CheckpointError, Timeout, OSError) as err:
-            return {r.uid: PrepareResult(None, f"state unavailable: {err}") for r in refs}
+        """Claim UID -> result. Callers pass only UIDs that passed ``names.check``."""
         results: dict[str, PrepareResult] = {}
         plans: dict[str, ClaimPlan] = {}
         fetched: dict[str, dict[str, Any]] = {}
-        # Read claims outside the lock: apiserver latency must not serialize the node.
+        try:
+            self._adopt_legacy()
+        except OSError as err:
+            return {r.uid: PrepareResult(None, f"state unavailable: {err}") for r in refs}
         for ref in refs:
-            if ref.uid in done:
+            bad = names.check("namespace", ref.namespace) or names.check("name", ref.name)
+            if bad:
+                results[ref.uid] = PrepareResult(None, f"ResourceClaim {bad}")
                 continue
             try:
+                done = self._records.get(ref.uid)
+            except OSError as err:
+                results[ref.uid] = PrepareResult(None, f"state unavailable: {err}")
+                continue
+            if done is not None:  # prepared before, maybe by another instance
+                results[ref.uid] = PrepareResult(done)
+                continue
+            try:  # no lock held: apiserver latency must not serialize the node
                 fetched[ref.uid] = self._claims.get_claim(ref.namespace, ref.name)
                 plans[ref.uid] = self._plan(fetched[ref.uid], ref)
             except Exception as err:  # any failure (apiserver, allocation) is this claim's
                 results[ref.uid] = PrepareResult(None, str(err))
-        new: list[PreparedClaim] = []
+        if plans:
+            results.update(self._prepare_planned(plans, fetched))
+        return results
+
+    def _adopt_legacy(self) -> None:
+        """An instance of an earlier release beside us (rolling update) still writes the
+        single-file checkpoint: take its claims over first. One stat when there is none."""
+        if self._records.legacy_exists():
+            with self._lock.commit():
+                self._records.migrate()
+
+    def _prepare_planned(self, plans: dict[str, ClaimPlan],
+                         fetched: dict[str, dict[str, Any]]) -> dict[str, PrepareResult]:
+        results: dict[str, PrepareResult] = {}
+        staged: dict[str, _Staged] = {}
+        committed: list[PreparedClaim] = []
         try:
-            with self._lock():
-                state = checkpoint.load(self.cfg.state_dir)
-                for ref in refs:
-                    if ref.uid in state.claims:  # prepared before, maybe by the other instance
-                        results[ref.uid] = PrepareResult(state.claims[ref.uid])
-                    elif ref.uid in plans:
-                        prepared = prepared_claim(plans[ref.uid], self.cfg.driver,
-                                                  self.cfg.node, self.cfg.instance)
-                        cdi.write_spec(self.cfg.cdi_root, prepared.cdi_spec,
-                                       cdi.build_spec(self.cfg.driver, plans[ref.uid]))
-                        state.claims[ref.uid] = prepared
-                        results[ref.uid] = PrepareResult(prepared)
-                        new.append(prepared)
-                if new:
-                    checkpoint.save(self.cfg.state_dir, state)
-        except (CheckpointError, Timeout, OSError) as err:
-            # Nothing was recorded: drop the specs we just wrote, report every pending claim.
-            for prepared in new:
-                cdi.remove_spec(self.cfg.cdi_root, prepared.cdi_spec)
-            for ref in refs:
-                if ref.uid in plans or ref.uid not in results:
-                    results[ref.uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
+            with self._lock.staging():
+                # The status write (an apiserver round trip) runs while the files are written.
+                status: dict[str, Future[str]] = {}
+                if self._status is not None:
+                    status = {uid: self._status.submit(self._write_status, fetched[uid], plan)
+                              for uid, plan in plans.items()}
+                for uid, plan in plans.items():
+                    try:
+                        staged[uid] = self._stage(plan)
+                    except OSError as err:
+                        results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
+                for uid, future in status.items():
+                    if error := future.result():
+                        results[uid] = PrepareResult(None, error)
+                        if uid in staged:
+                            staged.pop(uid).discard()
+                committed = self._commit(staged, results)
+            if committed:
+                # One sync per directory and batch; specs first, so a durable record always
+                # has its spec.
+                fsutil.fsync_dir(self.cfg.cdi_root)
+                self._records.sync()
+        except OSError as err:  # the lock, or the final sync: nothing is known to be durable
+            for uid in staged:
+                results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
             return results
-        for prepared in new:
+        finally:
+            for entry in staged.values():
+                entry.discard()  # no-op for the ones renamed into place
+        for prepared in committed:
             log.info("prepared claim=%s/%s uid=%s devices=%s", prepared.namespace, prepared.name,
                      prepared.uid, ",".join(d.device_name for d in prepared.devices))
-            if self.cfg.write_status:
-                self._write_status(fetched[prepared.uid], plans[prepared.uid])
         return results
+
+    def _stage(self, plan: ClaimPlan) -> _Staged:
+        prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance)
+        spec = cdi.stage_spec(self.cfg.cdi_root, prepared.cdi_spec,
+                              cdi.build_spec(self.cfg.driver, plan))
+        try:
+            record = self._records.stage(prepared)
+        except BaseException:
+            spec.unlink(missing_ok=True)
+            raise
+        return _Staged(prepared, spec, record)
+
+    def _commit(self, staged: dict[str, _Staged],
+                results: dict[str, PrepareResult]) -> list[PreparedClaim]:
+        """Rename each staged claim into place unless another call recorded it first."""
+        committed = []
+        with self._lock.commit():
+            for uid, entry in staged.items():
+                try:
+                    existing = self._records.get(uid, repair=True)
+                    if existing is not None:
+                        results[uid] = PrepareResult(existing)
+                        continue
+                    target = self.cfg.cdi_root / entry.claim.cdi_spec
+                    os.replace(entry.spec, target)
+                    try:
+                        self._records.commit(uid, entry.record)
+                    except OSError:
+                        target.unlink(missing_ok=True)  # rollback: no spec without a record
+                        raise
+                except OSError as err:
+                    results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
+                    continue
+                results[uid] = PrepareResult(entry.claim)
+                committed.append(entry.claim)
+        return committed
 
     def _plan(self, claim: dict[str, Any], ref: ClaimRef) -> ClaimPlan:
         inventory = self._devices.current()
@@ -142,44 +251,65 @@ class Driver:
 
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim UID -> error ("" on success). Unknown claims succeed: there is nothing to undo."""
+        results: dict[str, str] = {}
+        removed = []
         try:
-            with self._lock():
-                state = checkpoint.load(self.cfg.state_dir)
+            self._adopt_legacy()
+            with self._lock.commit():
                 for ref in refs:
-                    entry = state.claims.pop(ref.uid, None)
-                    name = entry.cdi_spec if entry else cdi.spec_filename(self.cfg.driver, ref.uid)
-                    cdi.remove_spec(self.cfg.cdi_root, name)
-                    if entry:
-                        log.info("unprepared claim=%s/%s uid=%s", ref.namespace, ref.name, ref.uid)
-                checkpoint.save(self.cfg.state_dir, state)
-        except (CheckpointError, Timeout, OSError) as err:
+                    try:
+                        # The record first: a crash in between leaves a spec without a record,
+                        # which the kubelet's retried unprepare removes (by its fixed name).
+                        if self._records.remove(ref.uid):
+                            removed.append(ref)
+                        cdi.remove_spec(self.cfg.cdi_root,
+                                        cdi.spec_filename(self.cfg.driver, ref.uid))
+                        results[ref.uid] = ""
+                    except OSError as err:
+                        results[ref.uid] = f"cannot unprepare: {err}"
+            if removed:
+                self._records.sync()
+                fsutil.fsync_dir(self.cfg.cdi_root)
+        except OSError as err:
             return {r.uid: f"cannot unprepare: {err}" for r in refs}
-        return {r.uid: "" for r in refs}
+        for ref in removed:
+            log.info("unprepared claim=%s/%s uid=%s", ref.namespace, ref.name, ref.uid)
+        return results
 
-    def _write_status(self, claim: dict[str, Any], plan: ClaimPlan) -> None:
-        """Best effort: publish what each prepared device is in the claim's status."""
+    def _write_status(self, claim: dict[str, Any], plan: ClaimPlan) -> str:
+        """Publish what each prepared device is in the claim's status; the error, or "".
+
+        Part of prepare when enabled: a claim whose status cannot be written is not
+        prepared (its files are dropped), so the pod does not start and its events say why,
+        instead of running without the status an operator asked for.
+        """
         ours = [{
             "driver": self.cfg.driver, "pool": self.cfg.node, "device": d.device.name,
             **({"shareID": d.share_id} if d.share_id else {}),
             "data": {"uuid": d.device.uuid, "productName": d.device.product_name,
                      "pciBusID": d.device.pci_bus_id},
         } for d in plan.devices]
-        names = {(e["pool"], e["device"]) for e in ours}
+        names_ = {(e["pool"], e["device"]) for e in ours}
+        ref = plan.ref
         for attempt in range(2):
             status = claim.setdefault("status", {})
             status["devices"] = [e for e in status.get("devices") or []
                                  if not (e.get("driver") == self.cfg.driver
-                                         and (e.get("pool"), e.get("device")) in names)] + ours
+                                         and (e.get("pool"), e.get("device")) in names_)] + ours
             try:
                 self._claims.replace_claim_status(claim)
-                return
-            except Exception as err:  # status is informative, never fatal
-                if attempt == 0 and getattr(err, "status", 0) == 409:
+                return ""
+            except Exception as err:
+                code = int(getattr(err, "status", 0) or 0)
+                if attempt == 0 and code == 409:  # written meanwhile: read it again, retry once
                     try:
-                        claim = self._claims.get_claim(plan.ref.namespace, plan.ref.name)
+                        claim = self._claims.get_claim(ref.namespace, ref.name)
                         continue
                     except Exception as again:
-                        err = again
-                log.warning("cannot write device status claim=%s/%s: %s",
-                            plan.ref.namespace, plan.ref.name, err)
-                return
+                        err, code = again, int(getattr(again, "status", 0) or 0)
+                hint = f" ({STATUS_HINT})" if code in _REFUSED else ""
+                message = (f"cannot write device status on ResourceClaim "
+                           f"{ref.namespace}/{ref.name}: {err}{hint}")
+                log.error("prepare failed uid=%s: %s", ref.uid, message)
+                return message
+        return ""  # unreachable: the loop returns

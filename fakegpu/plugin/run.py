@@ -16,7 +16,7 @@ from types import FrameType
 
 from fakegpu.errors import InvalidInput
 
-from . import discovery
+from . import discovery, names
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .kube import Kube
@@ -53,6 +53,13 @@ def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> 
 def run(opts: Options, stop: threading.Event | None = None) -> int:
     if not opts.node_name:
         raise InvalidInput("--node-name is required (or set NODE_NAME)")
+    # Each of these becomes part of a path (sockets, state dir) or a name the apiserver keeps:
+    # one rule for all of them, checked before anything touches the disk.
+    for flag, value in (("--node-name", opts.node_name), ("--driver-name", opts.driver_name),
+                        ("--instance-id", opts.instance_id)):
+        # (no instance id is fine: the default socket names)
+        if (value or flag != "--instance-id") and (why := names.check(flag, value)):
+            raise InvalidInput(why)
     try:
         paths = socket_paths(opts.kubelet_root, opts.driver_name, opts.instance_id)
     except ValueError as err:
@@ -90,6 +97,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
              opts.driver_name, opts.node_name, paths.registration, paths.dra, state_dir)
     stop.wait()
     servers.stop(opts.grace_period_s)
+    driver.close()
     publisher.stop()
     if opts.publish_slices:
         watcher.stop()

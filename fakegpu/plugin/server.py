@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from . import names
 from .driver import Driver
 from .prepare import ClaimRef
 from .proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
@@ -111,11 +112,22 @@ class RegistrationService:
 
 
 def _refs(request: Any, context: grpc.ServicerContext) -> list[ClaimRef]:
+    """The request's claims, or INVALID_ARGUMENT when it cannot be answered claim by claim.
+
+    The UID keys the answer and names the claim's files, so a missing or unsafe one (``/``,
+    NUL, ``..``: see ``names``) fails the whole call. A bad namespace or name is that claim's
+    own error (``Driver.prepare``).
+    """
     refs = [ClaimRef(namespace=c.namespace, name=c.name, uid=c.uid) for c in request.claims]
-    bad = [r for r in refs if not (r.uid and r.name and r.namespace)]
-    if bad:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                      f"every claim needs namespace, name and uid; got {bad[0]}")
+    for i, ref in enumerate(refs):
+        missing = [f for f in ("namespace", "name", "uid") if not getattr(ref, f)]
+        if missing:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"every claim needs namespace, name and uid; claim {i} has no "
+                          f"{' and no '.join(missing)}")
+    for ref in refs:
+        if why := names.check("claim UID", ref.uid):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
     if len({r.uid for r in refs}) != len(refs):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a claim UID appears twice")
     return refs

@@ -96,6 +96,31 @@ def test_serves_the_kubelet_while_the_apiserver_is_unreachable(
         inst.log.close()
 
 
+@pytest.mark.parametrize("flag", ["--instance-id", "--driver-name", "--node-name"])
+def test_a_path_in_a_flag_is_refused_before_anything_touches_the_disk(
+        short_tmp: Path, nvml_env: tuple[dict[str, str], str], flag: str) -> None:
+    """Issue input: ``--instance-id ../../../victim`` deleted a file outside the kubelet root
+    (the socket path resolved there and a 'leftover socket' was unlinked)."""
+    env, node = nvml_env
+    kubelet = short_tmp / "kubelet"
+    # Where the DRA socket of that instance id resolves once its parent exists.
+    victim = short_tmp / "victim.sock"
+    victim.write_text("precious")
+    value = {"--instance-id": "../../../../victim", "--driver-name": "../x",
+             "--node-name": "n\0"}[flag]
+    args = {"--instance-id": "i", "--driver-name": DRIVER, "--node-name": node, flag: value}
+    done = subprocess.run(
+        [sys.executable, "-m", "fakegpu", "plugin", "run", "--no-slices",
+         "--kubelet-root", str(kubelet), "--cdi-root", str(short_tmp / "cdi"),
+         *[x for kv in args.items() for x in kv]],
+        env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"fakegpu: {flag} ") and "letters, digits" in line
+    assert victim.read_text() == "precious"
+    assert not kubelet.exists()  # nothing created either
+
+
 class Instance:
     def __init__(self, root: Path, kubeconfig: Path, env: dict[str, str], node: str,
                  instance_id: str, rediscover_s: float = 1) -> None:

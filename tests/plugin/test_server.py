@@ -185,3 +185,190 @@ def test_long_instance_ids_are_hashed_to_fit(short_tmp: Path) -> None:
     assert all(len(str(p)) <= 107 for p in (paths.registration, paths.dra))
     assert paths == socket_paths(root, DRIVER, "x" * 120)  # deterministic
     assert paths != socket_paths(root, DRIVER, "y" * 120)
+
+
+def _prepare(stub: Any, *specs: tuple[str, str, str]) -> Any:
+    return stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(
+        claims=_claims(dra_v1_pb2, *specs)), timeout=10)
+
+
+def _unprepare(stub: Any, *specs: tuple[str, str, str]) -> Any:
+    return stub.NodeUnprepareResources(dra_v1_pb2.NodeUnprepareResourcesRequest(
+        claims=_claims(dra_v1_pb2, *specs)), timeout=10)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00 not utf-8", b"{\"version\": 1, \"claims\": ",
+                                     b'{"version": 42, "claims": {}}'])
+def test_a_corrupt_checkpoint_never_wedges_the_plugin(node: Node, content: bytes,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Issue input: a checkpoint that is not UTF-8 made every later call gRPC UNKNOWN."""
+    state = node.root / "state"
+    state.mkdir(parents=True)
+    (state / "checkpoint.json").write_bytes(content)
+    with caplog.at_level("ERROR"):
+        stub = node.dra(node.start(), "v1")
+    [aside] = state.glob("checkpoint.json.corrupt-*")
+    assert aside.read_bytes() == content
+    assert any("corrupt checkpoint" in r.getMessage() for r in caplog.records)
+    node.store.add(claim("c", "u-c", ["gpu-1"]))
+    r = _prepare(stub, ("default", "c", "u-c"))  # the kubelet asks again: prepared afresh
+    assert r.claims["u-c"].error == ""
+    assert [d.device_name for d in r.claims["u-c"].devices] == ["gpu-1"]
+    # A record corrupted while serving costs only that claim its record, not the node.
+    (state / "claims" / "u-c.json").write_bytes(b"\xff")
+    again = _prepare(stub, ("default", "c", "u-c"))
+    assert again.claims["u-c"] == r.claims["u-c"]
+    assert _unprepare(stub, ("default", "c", "u-c")).claims["u-c"].error == ""
+    assert list(node.cdi.glob("*.json")) == []
+
+
+@pytest.mark.parametrize("uid", ["u\x00nul", "../../../../escape", "a/b", ".hidden", "x" * 300])
+def test_an_unsafe_uid_is_invalid_argument_and_touches_no_file(node: Node, uid: str) -> None:
+    """Issue input: a NUL byte in a claim UID answered UNKNOWN ("embedded null byte")."""
+    stub = node.dra(node.start(), "v1")
+    node.store.add(claim("c", uid, ["gpu-0"]))
+    for call in (_prepare, _unprepare):
+        with pytest.raises(grpc.RpcError) as err:
+            call(stub, ("default", "ok", "u-ok"), ("default", "c", uid))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "claim UID" in (err.value.details() or "")
+    written = [p for p in node.root.parent.rglob("*")
+               if p.is_file() and p.suffix not in (".sock", ".lock")]
+    assert written == []  # no spec, no record, nothing anywhere
+    node.store.add(claim("ok", "u-ok", ["gpu-1"]))
+    assert _prepare(stub, ("default", "ok", "u-ok")).claims["u-ok"].error == ""  # still serving
+
+
+def test_an_unsafe_namespace_or_name_is_that_claims_error(node: Node) -> None:
+    stub = node.dra(node.start(), "v1")
+    node.store.add(claim("ok", "u-ok", ["gpu-1"]))
+    r = _prepare(stub, ("default", "ok", "u-ok"), ("a/b", "c", "u-1"), ("default", "../c", "u-2"),
+                 ("default", "c\x00", "u-3"))
+    assert r.claims["u-ok"].error == ""
+    assert "namespace 'a/b'" in r.claims["u-1"].error
+    assert "name '../c'" in r.claims["u-2"].error
+    assert "name 'c\\x00'" in r.claims["u-3"].error
+
+
+def test_startup_removes_temp_files_killed_writers_left(short_tmp: Path) -> None:
+    """Issue input: a plugin killed mid-write left .checkpoint-*.tmp and cdi/*.tmp forever."""
+    node = Node(short_tmp)
+    state, cdi_dir = node.root / "state", node.cdi
+    state.mkdir(parents=True)
+    cdi_dir.mkdir(parents=True)
+    ours = [state / ".checkpoint-u3k2l1.tmp",  # the previous release's names
+            cdi_dir / ".gpu_fakegpu_dev-claim_u-1.json.a8f2k1.tmp",
+            state / "claims" / ".u-1.json.x1y2z3.tmp"]  # this release's record temps
+    theirs = cdi_dir / ".other_vendor-claim_u-1.json.a8f2k1.tmp"  # another driver's: not ours
+    (state / "claims").mkdir()
+    for path in [*ours, theirs]:
+        path.write_text("{")
+    try:
+        node.start()
+        assert [p for p in ours if p.exists()] == []
+        assert theirs.exists()
+    finally:
+        for s in node.servers:
+            s.stop(1)
+
+
+class RefusingStore(ClaimStore):
+    """An apiserver that refuses status writes, as 1.37 does without resourceclaims/driver."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.code = status
+
+    def replace_claim_status(self, obj: dict[str, Any]) -> None:
+        err = RuntimeError(f"HTTP {self.code} ResourceClaim.resource.k8s.io is invalid")
+        err.status = self.code  # type: ignore[attr-defined]
+        raise err
+
+
+@pytest.mark.parametrize("code", [422, 403, 500])
+def test_a_failed_status_write_fails_the_claim_visibly(node: Node, code: int,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Issue input: on 1.37 without resourceclaims/driver the status write failed and prepare
+    succeeded with only a warning in the log."""
+    node.store = RefusingStore(code)
+    stub = node.dra(node.start(), "v1")
+    node.store.add(claim("c", "u-c", ["gpu-0"]))
+    with caplog.at_level("ERROR"):
+        r = _prepare(stub, ("default", "c", "u-c"))
+    error = r.claims["u-c"].error
+    assert f"cannot write device status on ResourceClaim default/c: HTTP {code}" in error
+    assert ("resourceclaims/driver" in error) == (code != 500)  # the fix, when it is RBAC
+    assert any(r.levelname == "ERROR" and "u-c" in r.getMessage() for r in caplog.records)
+    # Nothing was prepared: no spec, no record, so the kubelet's retry does it all again.
+    assert list(node.cdi.glob("*")) == []
+    assert list((node.root / "state" / "claims").iterdir()) == []
+
+
+def test_without_device_status_a_refusing_apiserver_does_not_matter(node: Node) -> None:
+    node.store = RefusingStore(422)
+    cfg = DriverConfig(driver=DRIVER, node=NODE, state_dir=node.root / "state",
+                       cdi_root=node.cdi, write_status=False)
+    servers = PluginServers(Driver(cfg, node.store, Devices(inventory)),
+                            socket_paths(node.root, DRIVER))
+    node.servers.append(servers)
+    node.store.add(claim("c", "u-c", ["gpu-0"]))
+    assert _prepare(node.dra(servers, "v1"), ("default", "c", "u-c")).claims["u-c"].error == ""
+
+
+def test_a_prepare_touches_only_its_own_claims_files(node: Node) -> None:
+    """Per-claim cost independent of the claims the node holds: the issue saw each prepare
+    rewrite one checkpoint holding all 10,000 claims."""
+    stub = node.dra(node.start(), "v1")
+    for i in range(50):
+        node.store.add(claim(f"c{i}", f"u{i}", [f"gpu-{i % 4}"]))
+    r = _prepare(stub, *[("default", f"c{i}", f"u{i}") for i in range(49)])
+    assert all(c.error == "" for c in r.claims.values())
+    records = node.root / "state" / "claims"
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in records.iterdir()}
+    assert len(before) == 49
+    assert _prepare(stub, ("default", "c49", "u49")).claims["u49"].error == ""
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in records.iterdir()}
+    assert {k: v for k, v in after.items() if k != "u49.json"} == before
+    assert not (node.root / "state" / "checkpoint.json").exists()
+    assert _unprepare(stub, ("default", "c3", "u3")).claims["u3"].error == ""
+    assert sorted(after.keys() - {p.name for p in records.iterdir()}) == ["u3.json"]
+
+
+def test_a_failed_record_write_rolls_back_the_spec(node: Node,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakegpu.plugin.checkpoint import Records
+
+    def refuse(self: Records, uid: str, staged: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    stub = node.dra(node.start(), "v1")
+    node.store.add(claim("c", "u-c", ["gpu-0"]))
+    with monkeypatch.context() as patch:
+        patch.setattr(Records, "commit", refuse)
+        r = _prepare(stub, ("default", "c", "u-c"))
+    assert "cannot record prepared claim" in r.claims["u-c"].error
+    assert list(node.cdi.iterdir()) == []  # no spec without a record, and no temp files
+    assert [p.name for p in (node.root / "state" / "claims").iterdir()] == []
+    assert _prepare(stub, ("default", "c", "u-c")).claims["u-c"].error == ""  # retry works
+
+
+def test_claims_an_instance_of_the_previous_release_prepares_are_picked_up(node: Node) -> None:
+    """Rolling update from the single-file checkpoint: the old instance keeps writing
+    checkpoint.json (same lock) while this one serves; its claims are answered here."""
+    stub = node.dra(node.start(), "v1")
+    ids = [f"{DRIVER}/gpu=u-old-gpu-2"]
+    old = {"version": 1, "claims": {"u-old": {
+        "uid": "u-old", "namespace": "default", "name": "old", "instance": "pod-0",
+        "cdi_spec": "gpu_fakegpu_dev-claim_u-old.json",
+        "devices": [{"request_names": ["gpus"], "pool_name": NODE, "device_name": "gpu-2",
+                     "cdi_device_ids": ids, "share_id": ""}]}}}
+    (node.root / "state" / "checkpoint.json").write_text(json.dumps(old))
+    node.cdi.mkdir(exist_ok=True)
+    (node.cdi / "gpu_fakegpu_dev-claim_u-old.json").write_text("{}")
+    node.store.add(claim("new", "u-new", ["gpu-0"]))
+    r = _prepare(stub, ("default", "new", "u-new"), ("default", "old", "u-old"))
+    assert r.claims["u-new"].error == ""
+    assert [list(d.cdi_device_ids) for d in r.claims["u-old"].devices] == [ids]
+    assert not (node.root / "state" / "checkpoint.json").exists()
+    assert _unprepare(stub, ("default", "old", "u-old")).claims["u-old"].error == ""
+    assert [p.name for p in node.cdi.glob("*.json")] == ["gpu_fakegpu_dev-claim_u-new.json"]
