@@ -18,9 +18,20 @@ TEMP_SUFFIX = ".tmp"
 
 def atomic_write(path: str | Path, data: bytes | str, *, mode: int | None = None) -> Path:
     """Replace ``path`` with ``data``: temp file in the same directory, fsync, rename, fsync dir."""
-    path = Path(path)
-    tmp = write_temp(path, data, mode=mode)
+    return move_into_place(write_temp(path, data, mode=mode), path)
+
+
+def move_into_place(tmp: str | Path, path: str | Path) -> Path:
+    """The second half of :func:`atomic_write`, also for a file another program wrote (an
+    archive ``tar`` made beside ``path``): fsync ``tmp``, rename it to ``path``, fsync the
+    directory. ``tmp`` is removed when the rename fails."""
+    tmp, path = Path(tmp), Path(path)
     try:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.fsutil import atomic_write, remove_stale_temps
+from fakegpu.fsutil import atomic_write, move_into_place, remove_stale_temps
 
 
 def test_replaces_whole_file_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -39,3 +39,12 @@ def test_remove_stale_temps_only_touches_that_files_temps(tmp_path: Path) -> Non
     other.write_bytes(b"keep")
     assert remove_stale_temps(tmp_path, "ckpt") == [stale]
     assert other.exists() and (tmp_path / "ckpt").exists()
+
+
+def test_move_into_place_publishes_another_programs_file(tmp_path: Path) -> None:
+    made = tmp_path / "rootfs.tar.part"  # e.g. what tar wrote beside the target
+    made.write_bytes(b"archive")
+    (tmp_path / "rootfs.tar").write_bytes(b"old")
+    assert move_into_place(made, tmp_path / "rootfs.tar") == tmp_path / "rootfs.tar"
+    assert (tmp_path / "rootfs.tar").read_bytes() == b"archive"
+    assert [p.name for p in tmp_path.iterdir()] == ["rootfs.tar"]

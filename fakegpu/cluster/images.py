@@ -28,7 +28,7 @@ from typing import Protocol
 from filelock import FileLock
 from rich.console import Console
 
-from fakegpu import __version__, paths
+from fakegpu import __version__, fsutil, paths
 from fakegpu.cluster import oci
 from fakegpu.errors import FakegpuError, MissingPrerequisite
 from fakegpu.fsutil import atomic_write
@@ -162,7 +162,7 @@ def busybox_deb(root: Path, console: Console) -> Path:
                 f"`apt-get download busybox-static` failed: {last} (try `apt-get update`)"
             )
         final = debs / got[0].name.replace("%3a", "_")
-        os.replace(got[0], final)
+        fsutil.move_into_place(got[0], final)
     return final
 
 

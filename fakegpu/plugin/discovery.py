@@ -8,7 +8,9 @@ best effort: a library that answers NOT_SUPPORTED yields an empty value, never a
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -33,6 +35,8 @@ _FABRIC_COMPLETED = 3
 
 # pynvml keeps global state; one discovery at a time per process.
 nvml_lock = threading.Lock()
+# (GPU UUID, GI id, CI id) of MIG devices already reported as left out.
+_left_out: set[tuple[str, int, int]] = set()
 
 
 @dataclass(frozen=True)
@@ -51,17 +55,63 @@ class MigInfo:
     jpeg_engines: int = 0
     ofa_engines: int = 0
     shared_gi: bool = False  # more compute instances than this one share the GPU instance
+    partial_ci: bool = False  # the compute instance spans fewer slices than its GPU instance
 
 
-def mig_device_name(minor: int, mig: MigInfo) -> str:
-    """NVIDIA's canonical name ``gpu-<minor>-mig-<giProfileId>-<start>-<size>``.
+def rfc1123(name: str) -> str:
+    """A profile name as NVIDIA's driver puts it into a device name: lower case, anything but
+    ``[a-z0-9-.]`` as ``-``, no leading/trailing ``-``, no trailing ``.``."""
+    name = re.sub(r"[^a-z0-9.-]", "-", name.lower()).strip("-")
+    return (name[:-1] if name.endswith(".") else name)[:253]
+
+
+def mig_device_name(minor: int, profile: str, mig: MigInfo) -> str:
+    """NVIDIA's canonical name (its driver since v25.12, ``cmd/gpu-kubelet-plugin/mig.go``):
+    ``gpu-<minor>-mig-<profile without dots, '+' as '-'>-<giProfileId>-<placementStart>``,
+    e.g. ``gpu-0-mig-3g20gb-9-0``; NVIDIA parses it back with
+    ``^gpu-(\\d+)-mig-(.+)-(\\d+)-(\\d+)$``.
 
     That name identifies a GPU instance; NVIDIA publishes one device per GPU instance. A GPU
     instance split into several compute instances would give several devices one name, so
-    those get ``-ci<id>`` appended (fakegpu's extension; NVIDIA's driver never sees that case).
+    those get ``-ci<id>`` appended (fakegpu's own mode only: NVIDIA's driver cannot enumerate
+    such a GPU, and the NVIDIA-compatible mode leaves those devices out).
     """
-    base = f"gpu-{minor}-mig-{mig.profile_id}-{mig.placement_start}-{mig.placement_size}"
+    base = (f"gpu-{minor}-mig-{rfc1123(profile.replace('.', ''))}-{mig.profile_id}-"
+            f"{mig.placement_start}")
     return f"{base}-ci{mig.ci_id}" if mig.shared_gi else base
+
+
+# NVML_GPU_INSTANCE_PROFILE_* index -> (GPU slices, name suffix), as go-nvlib's
+# NewMigProfile derives them (REV1 = +me, ALL_ME = +me.all, GFX = +gfx, NO_ME = -me).
+_NVLIB_PROFILES = {
+    0x0: (1, ""), 0x1: (2, ""), 0x2: (3, ""), 0x3: (4, ""), 0x4: (7, ""), 0x5: (8, ""),
+    0x6: (6, ""), 0x7: (1, "+me"), 0x8: (2, "+me"), 0x9: (1, ""), 0xA: (1, "+gfx"),
+    0xB: (2, "+gfx"), 0xC: (4, "+gfx"), 0xD: (1, "-me"), 0xE: (2, "-me"), 0xF: (1, "+me.all"),
+    0x10: (2, "+me.all"),
+}
+
+
+def nvlib_memory_gb(profile_mib: int, total_bytes: int) -> int:
+    """go-nvlib's ``getMigMemorySizeGB``: the profile's share of the GPU's memory, rounded up
+    to eighths, times the GPU's memory in whole GiB (rounded up), rounded half away from zero.
+    Computed in doubles like the Go original so names agree to the last case."""
+    if total_bytes <= 0:
+        return 0
+    fraction = math.ceil(float(profile_mib) * (1 << 20) / float(total_bytes) * 8) / 8
+    total_gb = float((total_bytes + (1 << 30) - 1) >> 30)
+    return math.floor(fraction * total_gb + 0.5)
+
+
+def nvlib_profile_name(profile_index: int, profile_mib: int, total_bytes: int) -> str:
+    """The profile name NVIDIA's driver publishes (go-nvlib's ``MigProfileInfo.String`` for a
+    compute instance spanning its GPU instance): ``<g>g.<gb>gb<suffix>``, computed from the
+    profile's MiB and the GPU's memory, never copied from NVML's name. "" for an index
+    go-nvlib does not know."""
+    known = _NVLIB_PROFILES.get(profile_index)
+    if known is None:
+        return ""
+    slices, suffix = known
+    return f"{slices}g.{nvlib_memory_gb(profile_mib, total_bytes)}gb{suffix}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +128,8 @@ class Device:
     cuda_compute_capability: str  # "9.0"
     memory_bytes: int
     pci_bus_id: str  # "0000:3b:00.0", the form resource.kubernetes.io/pciBusID uses
-    pcie_root: str
+    pcie_root: str = ""  # "" when unknown (no sysfs node): the attribute is left out
+    addressing_mode: str = ""  # "HMM" | "ATS" | "None"; "" where NVML does not support it
     parent_uuid: str = ""
     profile: str = ""  # MIG profile, e.g. "1g.10gb"
     clique_id: str = ""  # "<clusterUuid>.<cliqueId>" when the fabric is up
@@ -144,18 +195,54 @@ def normalize_bus_id(nvml_bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest}" if rest else text
 
 
-def pcie_root(bus_id: str, sysfs: str = "/sys/bus/pci/devices") -> str:
-    """The PCIe root complex (``pci0000:00``): from sysfs when the device exists there.
+NVIDIA_PCI_VENDOR = "0x10de"
 
-    Fake GPUs have no sysfs node, so fall back to one root per domain and bus, which keeps
-    distinct GPUs distinct (they are never claimed to share a root they may not share).
+
+def pcie_root(bus_id: str, sysfs: str = "/sys/bus/pci/devices") -> str:
+    """The PCIe root complex (``pci0000:00``) of an NVIDIA device, read from sysfs as NVIDIA's
+    driver reads it; "" (the attribute is then left out, as NVIDIA leaves it out) when sysfs
+    has no NVIDIA device at that address.
+
+    A fake GPU has no sysfs node, and a host device that happens to sit at the same address
+    is not the GPU's: its root would be invented either way. Topologies model no root
+    complexes (no NICs either), so there is nothing true to publish for them.
     """
-    real = os.path.realpath(os.path.join(sysfs, bus_id))
-    for part in real.split(os.sep):
+    node = os.path.join(sysfs, bus_id)
+    try:
+        with open(os.path.join(node, "vendor"), encoding="ascii") as f:
+            if f.read().strip().lower() != NVIDIA_PCI_VENDOR:
+                return ""
+    except (OSError, ValueError):
+        return ""
+    for part in os.path.realpath(node).split(os.sep):
         if part.startswith("pci") and ":" in part:
             return part
-    domain, _, rest = bus_id.partition(":")
-    return f"pci{domain}:{rest.split(':')[0]}" if rest else f"pci{bus_id}"
+    return ""
+
+
+# nvmlDeviceAddressingMode_t -> the strings NVIDIA's driver publishes (go-nvlib's
+# GetAddressingModeAsString).
+_ADDRESSING = {0: "None", 1: "HMM", 2: "ATS"}
+
+
+def addressing_mode(handle: Any) -> str:
+    """``addressingMode`` as NVIDIA publishes it; "" (left out) where NVML answers
+    NOT_SUPPORTED or lacks the call, as go-nvlib does. Any other error is logged and the
+    attribute left out too (NVIDIA's driver would fail the whole enumeration)."""
+    get = getattr(pynvml, "nvmlDeviceGetAddressingMode", None)
+    if get is None:
+        return ""
+    try:
+        value = int(get(handle))
+    except pynvml.NVMLError_FunctionNotFound:
+        return ""
+    except pynvml.NVMLError as err:
+        if getattr(err, "value", None) != pynvml.NVML_ERROR_NOT_SUPPORTED:
+            log.warning("cannot read the addressing mode: %s", err)
+        return ""
+    if value not in _ADDRESSING:
+        log.warning("unknown addressing mode %d", value)
+    return _ADDRESSING.get(value, "")
 
 
 def _memory(handle: Any) -> int:
@@ -186,25 +273,60 @@ def _nvlink_peers(handles: list[Any]) -> list[int]:
     return peers
 
 
-def _gi_profiles(handle: Any) -> dict[int, Any]:
-    """GI profile id (as in nvmlGpuInstanceInfo_t.profileId) -> its profile info."""
-    found: dict[int, Any] = {}
+def _gi_profiles(handle: Any) -> dict[int, tuple[int, Any]]:
+    """GI profile id (as in nvmlGpuInstanceInfo_t.profileId) -> (profile index, its info)."""
+    found: dict[int, tuple[int, Any]] = {}
     for index in range(int(getattr(pynvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0)) or 16):
         info = _query(pynvml.nvmlDeviceGetGpuInstanceProfileInfoV, None, handle, index)
         if info is None:  # an older library: v1 of the struct, without the name
             info = _query(pynvml.nvmlDeviceGetGpuInstanceProfileInfo, None, handle, index)
         if info is not None:
-            found.setdefault(int(info.id), info)
+            found.setdefault(int(info.id), (index, info))
     return found
 
 
-def _mig_devices(parent: Device, handle: Any) -> list[Device] | None:
-    """The MIG devices of a GPU in MIG mode (maybe none yet); None when MIG is off."""
+def _ci_slices(gi_handle: Any, ci: int) -> int:
+    """Compute slices of compute instance ``ci``; 0 when NVML cannot tell."""
+    def query() -> int:
+        ci_info = pynvml.nvmlComputeInstanceGetInfo(
+            pynvml.nvmlGpuInstanceGetComputeInstanceById(gi_handle, ci))
+        # A compute-instance profile's index and id coincide.
+        profile = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+            gi_handle, int(ci_info.profileId),
+            pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+        return int(profile.sliceCount)
+
+    return _optional(query, 0)
+
+
+def _profile_name(parent: Device, mig: Any, entry: tuple[int, Any] | None,
+                  nvidia: bool) -> str:
+    """The ``profile`` attribute: go-nvlib's computed name in NVIDIA-compatible mode, else
+    the name NVML gives the profile (v2 struct), else the tail of the MIG device's name
+    ("<product> MIG <profile>")."""
+    if entry is not None:
+        index, profile = entry
+        if nvidia:
+            return nvlib_profile_name(index, int(profile.memorySizeMB), parent.memory_bytes)
+        name = text(getattr(profile, "name", b""))
+        if name:
+            return name
+    full_name = text(_query(pynvml.nvmlDeviceGetName, "", mig))
+    return full_name.rsplit(" MIG ", 1)[1] if " MIG " in full_name else ""
+
+
+def _mig_devices(parent: Device, handle: Any, nvidia: bool) -> list[Device] | None:
+    """The MIG devices of a GPU in MIG mode (maybe none yet); None when MIG is off.
+
+    In NVIDIA-compatible mode a compute instance that does not span its whole GPU instance
+    (one of several in it, or a smaller profile) is left out: NVIDIA's driver finds no
+    profile for it and fails its whole enumeration, so no device of it could ever exist.
+    """
     current, _pending = _query(pynvml.nvmlDeviceGetMigMode, (0, 0), handle)
     if current != pynvml.NVML_DEVICE_MIG_ENABLE:
         return None
     profiles = _gi_profiles(handle)
-    raw: list[tuple[Any, MigInfo, Any]] = []
+    raw: list[tuple[Any, MigInfo, tuple[int, Any] | None]] = []
     for index in range(_query(pynvml.nvmlDeviceGetMaxMigDeviceCount, 0, handle)):
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
@@ -212,8 +334,12 @@ def _mig_devices(parent: Device, handle: Any) -> list[Device] | None:
             continue  # an empty slot
         gi = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
         ci = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
-        gi_info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(handle, gi))
-        profile = profiles.get(int(gi_info.profileId))
+        gi_handle = pynvml.nvmlDeviceGetGpuInstanceById(handle, gi)
+        gi_info = pynvml.nvmlGpuInstanceGetInfo(gi_handle)
+        entry = profiles.get(int(gi_info.profileId))
+        profile = entry[1] if entry is not None else None
+        ci_slices = _ci_slices(gi_handle, ci)
+        gi_slices = int(getattr(profile, "sliceCount", 0))
         info = MigInfo(
             gi_id=gi, ci_id=ci, profile_id=int(gi_info.profileId),
             placement_start=int(gi_info.placement.start),
@@ -224,44 +350,51 @@ def _mig_devices(parent: Device, handle: Any) -> list[Device] | None:
             encoders=int(getattr(profile, "encoderCount", 0)),
             jpeg_engines=int(getattr(profile, "jpegCount", 0)),
             ofa_engines=int(getattr(profile, "ofaCount", 0)),
+            partial_ci=bool(ci_slices and gi_slices and ci_slices < gi_slices),
         )
-        raw.append((mig, info, profile))
+        raw.append((mig, info, entry))
     per_gi: dict[int, int] = {}
-    for _mig, info, _profile in raw:
+    for _mig, info, _entry in raw:
         per_gi[info.gi_id] = per_gi.get(info.gi_id, 0) + 1
     found: list[Device] = []
-    for mig, info, profile in raw:
+    for mig, info, entry in raw:
         info = replace(info, shared_gi=per_gi[info.gi_id] > 1)
-        full_name = text(_query(pynvml.nvmlDeviceGetName, "", mig))
-        # The profile's own name when the library reports it (v2 struct); else NVML's MIG
-        # device name, "<product> MIG <profile>".
-        name = text(getattr(profile, "name", b"")) if profile is not None else ""
-        if not name and " MIG " in full_name:
-            name = full_name.rsplit(" MIG ", 1)[1]
+        if nvidia and (info.shared_gi or info.partial_ci):
+            key = (parent.uuid, info.gi_id, info.ci_id)
+            if key not in _left_out:  # rediscovery runs every few seconds: say it once
+                _left_out.add(key)
+                log.error("%s: compute instance %d of GPU instance %d does not span it; "
+                          "NVIDIA's driver cannot enumerate such a GPU: left out",
+                          parent.name, info.ci_id, info.gi_id)
+            continue
+        name = _profile_name(parent, mig, entry, nvidia)
         # NVIDIA's driver publishes the profile's memory, not what the instance reports free.
-        memory = (int(profile.memorySizeMB) << 20) if profile is not None else _memory(mig)
+        memory = (int(entry[1].memorySizeMB) << 20) if entry is not None else _memory(mig)
         found.append(replace(
-            parent, name=mig_device_name(parent.minor, info), type="mig",
+            parent, name=mig_device_name(parent.minor, name, info), type="mig",
             uuid=text(pynvml.nvmlDeviceGetUUID(mig)), memory_bytes=memory,
             parent_uuid=parent.uuid, profile=name, mig=info,
         ))
     return found
 
 
-def discover() -> Inventory:
-    """Ask NVML for every GPU (and MIG device). Raises MissingPrerequisite without NVML."""
+def discover(nvidia_compatible: bool = False) -> Inventory:
+    """Ask NVML for every GPU (and MIG device). Raises MissingPrerequisite without NVML.
+
+    ``nvidia_compatible``: MIG profiles named as NVIDIA's driver computes them, and MIG
+    devices NVIDIA's driver could not enumerate left out (see ``_mig_devices``)."""
     with nvml_lock:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
             raise MissingPrerequisite(f"cannot initialise NVML (libnvidia-ml.so.1): {err}") from err
         try:
-            return _discover_locked()
+            return _discover_locked(nvidia_compatible)
         finally:
             _optional(pynvml.nvmlShutdown, None)
 
 
-def _discover_locked() -> Inventory:
+def _discover_locked(nvidia: bool) -> Inventory:
     driver = text(pynvml.nvmlSystemGetDriverVersion())
     cuda = int(_optional(pynvml.nvmlSystemGetCudaDriverVersion, 0))
     handles: list[tuple[int, Any]] = []
@@ -277,7 +410,7 @@ def _discover_locked() -> Inventory:
     devices: list[Device] = []
     for (index, handle), nvlink_peers in zip(handles, peers, strict=True):
         try:
-            devices.extend(_read_gpu(index, handle, nvlink_peers))
+            devices.extend(_read_gpu(index, handle, nvlink_peers, nvidia))
         except pynvml.NVMLError as err:
             if not _is_lost(err):  # lost between the handle and the queries: same thing
                 raise
@@ -292,7 +425,7 @@ def _is_lost(err: pynvml.NVMLError) -> bool:
     return bool(getattr(err, "value", None) == pynvml.NVML_ERROR_GPU_IS_LOST)
 
 
-def _read_gpu(index: int, handle: Any, nvlink_peers: int) -> list[Device]:
+def _read_gpu(index: int, handle: Any, nvlink_peers: int, nvidia: bool) -> list[Device]:
     """The GPU, or its MIG devices when it is in MIG mode."""
     minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
     bus = normalize_bus_id(text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
@@ -307,8 +440,8 @@ def _read_gpu(index: int, handle: Any, nvlink_peers: int) -> list[Device]:
         cuda_compute_capability=f"{major_cc}.{minor_cc}",
         memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
         pci_bus_id=bus, pcie_root=pcie_root(bus), clique_id=clique, fabric=fabric,
-        nvlink_peers=nvlink_peers, index=index,
+        nvlink_peers=nvlink_peers, index=index, addressing_mode=addressing_mode(handle),
     )
-    migs = _mig_devices(gpu, handle)
+    migs = _mig_devices(gpu, handle, nvidia)
     # A GPU in MIG mode is only allocatable through its MIG devices (as NVIDIA's driver does).
     return migs if migs is not None else [gpu]

@@ -19,13 +19,14 @@ import pynvml
 
 from . import discovery
 from .discovery import Device, Inventory
-from .slices import TAINT_ECC, TAINT_XID, Taint, taint
+from .slices import INFORMATIONAL, NO_SCHEDULE, TAINT_ECC, TAINT_XID, Taint, taint
 
 log = logging.getLogger(__name__)
 
 # XIDs caused by the application, not the GPU: NVIDIA's driver does not mark a device
 # unhealthy for them (graphics engine exception, page fault, stopped processing, preemptive
-# cleanup, video processor exception, context switch timeout).
+# cleanup, video processor exception, context switch timeout), it publishes them with the
+# informational effect None (device_health.go, xidsToSkip / IsEventNonFatal).
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 # nvmlEventData_t.gpuInstanceId/computeInstanceId for an event of the whole GPU.
 WHOLE_GPU = 0xFFFFFFFF
@@ -33,22 +34,32 @@ WAIT_MS = 500  # how long one nvmlEventSetWait blocks: bounds how fast stop() is
 
 
 class Health:
-    """Taints recorded since start, by device UUID (a GPU's UUID covers its MIG devices)."""
+    """Taints recorded since start, by device UUID.
 
-    def __init__(self, driver: str) -> None:
+    fakegpu's own semantics: a GPU's record covers its MIG devices, and an informational taint
+    never replaces a fatal one of the same key (a device stays off limits once an XID made
+    it so). ``nvidia_compatible`` follows NVIDIA's driver: a record covers only the device
+    itself, and the latest XID replaces the previous one, effect included.
+    """
+
+    def __init__(self, driver: str, nvidia_compatible: bool = False) -> None:
         self._driver = driver
+        self.nvidia_compatible = nvidia_compatible
         self._lock = threading.Lock()
         self._by_uuid: dict[str, dict[str, Taint]] = {}
 
-    def record(self, uuid: str, name: str, value: str) -> bool:
+    def record(self, uuid: str, name: str, value: str, effect: str = NO_SCHEDULE) -> bool:
         """Taint ``<driver>/<name>=<value>`` on ``uuid``; True when that changed anything.
 
         One taint per key and device: a newer XID replaces the value of an older one.
         """
-        new = taint(self._driver, name, value)
+        new = taint(self._driver, name, value, effect)
         with self._lock:
             known = self._by_uuid.setdefault(uuid, {})
-            if known.get(new["key"]) == new:
+            old = known.get(new["key"])
+            if old == new or (old is not None and not self.nvidia_compatible
+                              and effect == INFORMATIONAL
+                              and old.get("effect") != INFORMATIONAL):
                 return False
             known[new["key"]] = new
             return True
@@ -60,29 +71,53 @@ class Health:
         out: dict[str, list[Taint]] = {}
         for device in inventory.devices:
             merged: dict[str, Taint] = {}
-            for uuid in (device.parent_uuid, device.uuid):  # the device's own value wins
-                merged.update(snapshot.get(uuid, {}) if uuid else {})
+            sources = (device.uuid,) if self.nvidia_compatible else (device.parent_uuid,
+                                                                     device.uuid)
+            for uuid in sources:  # the device's own value wins
+                if not uuid:
+                    continue
+                for key, t in snapshot.get(uuid, {}).items():
+                    if (not self.nvidia_compatible and key in merged
+                            and t["effect"] == INFORMATIONAL
+                            and merged[key]["effect"] != INFORMATIONAL):
+                        continue  # the parent's fatal XID outranks the device's informational
+                    merged[key] = t
             if merged:
                 out[device.name] = list(merged.values())
         return out
 
 
-def classify(event_type: int, event_data: int) -> tuple[str, str] | None:
-    """(taint name, value) for an event that makes a device unhealthy, else None. Pure."""
+def classify(event_type: int, event_data: int,
+             nvidia_compatible: bool = False) -> tuple[str, str, str] | None:
+    """(taint name, value, effect) for an event worth a taint, else None. Pure.
+
+    An application XID gets an informational taint (effect None); a double-bit ECC event is
+    fakegpu's addition, which NVIDIA's driver (and so the compatible mode) ignores.
+    """
     if event_type & pynvml.nvmlEventTypeXidCriticalError:
-        return None if event_data in APPLICATION_XIDS else (TAINT_XID, str(event_data))
-    if event_type & pynvml.nvmlEventTypeDoubleBitEccError:
-        return (TAINT_ECC, "dbe")
+        effect = INFORMATIONAL if event_data in APPLICATION_XIDS else NO_SCHEDULE
+        return (TAINT_XID, str(event_data), effect)
+    if event_type & pynvml.nvmlEventTypeDoubleBitEccError and not nvidia_compatible:
+        return (TAINT_ECC, "dbe", NO_SCHEDULE)
     return None  # single-bit ECC errors are corrected; clocks and P-states are not faults
 
 
-def target_uuid(gpu_uuid: str, gi: int, ci: int, devices: Mapping[str, Device]) -> str:
-    """The UUID an event is about: the MIG device named by its GI/CI ids, else the GPU."""
+def target_uuid(gpu_uuid: str, gi: int, ci: int, devices: Mapping[str, Device],
+                nvidia_compatible: bool = False) -> str:
+    """The UUID an event is about: the MIG device named by its GI/CI ids, else the GPU.
+
+    NVIDIA's driver looks the event up among the devices it publishes and ignores it when
+    none matches: a GPU-wide event on a GPU in MIG mode (the GPU is not published whole), or
+    an unknown GI/CI. With ``nvidia_compatible`` those answer "" (ignore).
+    """
     if gi != WHOLE_GPU and ci != WHOLE_GPU:
         for device in devices.values():
             if (device.parent_uuid == gpu_uuid and device.mig is not None
                     and device.mig.gi_id == gi and device.mig.ci_id == ci):
                 return device.uuid
+    if nvidia_compatible and not (gi == WHOLE_GPU and ci == WHOLE_GPU and any(
+            d.uuid == gpu_uuid and d.type == "gpu" for d in devices.values())):
+        return ""
     return gpu_uuid
 
 
@@ -160,13 +195,17 @@ class EventWatcher:
     def _handle(self, data: Any, by_address: Mapping[int, str]) -> None:
         event_type, value = int(data.eventType), int(data.eventData)
         gpu_uuid = by_address.get(_address(data.device), "")
-        found = classify(event_type, value)
+        nvidia = self._health.nvidia_compatible
+        found = classify(event_type, value, nvidia)
         log.info("NVML event gpu=%s type=0x%x data=%d gi=%d ci=%d%s", gpu_uuid or "?",
                  event_type, value, int(data.gpuInstanceId), int(data.computeInstanceId),
                  "" if found else " (not a fault)")
         if found is None or not gpu_uuid:
             return
         uuid = target_uuid(gpu_uuid, int(data.gpuInstanceId), int(data.computeInstanceId),
-                           self._inventory().by_name())
+                           self._inventory().by_name(), nvidia)
+        if not uuid:
+            log.info("NVML event names no published device: ignored, as NVIDIA's driver does")
+            return
         if self._health.record(uuid, *found):
             self._on_change()

@@ -7,6 +7,7 @@ callers decide whether to retry (slices) or report it on the claim (prepare).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any, cast
@@ -39,6 +40,7 @@ class Kube:
         self._lock = threading.Lock()
         self._api: client.ApiClient | None = None
         self._version: str | None = None
+        self._minor: int | None = None
 
     def _client(self) -> client.ApiClient:
         with self._lock:
@@ -78,6 +80,36 @@ class Kube:
                 return version
         raise KubeError(f"the apiserver serves no usable {GROUP} version "
                         f"(served: {sorted(served) or 'none'}; need one of {', '.join(VERSIONS)})")
+
+    def server_minor(self) -> int:
+        """The apiserver's minor version (37 for v1.37.2); cached once known. What a minor
+        accepts (the taint effect None from 1.35) follows from it."""
+        if self._minor is not None:
+            return self._minor
+        try:
+            info = client.VersionApi(self._client()).get_code(_request_timeout=TIMEOUT_S)
+        except KubeError:
+            raise
+        except Exception as err:
+            raise _wrap("cannot read the apiserver's version", err) from err
+        digits = re.match(r"\d+", str(info.minor or ""))
+        if digits is None:
+            raise KubeError(f"the apiserver reports no minor version ({info.git_version})")
+        self._minor = int(digits.group())
+        return self._minor
+
+    def node_uid(self, name: str) -> str:
+        """The UID of Node ``name`` (the owner of its slices); needs ``get`` on nodes."""
+        try:
+            node = client.CoreV1Api(self._client()).read_node(name, _request_timeout=TIMEOUT_S)
+        except KubeError:
+            raise
+        except Exception as err:
+            raise _wrap(f"cannot read Node {name}", err) from err
+        uid = node.metadata.uid if node.metadata is not None else None
+        if not uid:
+            raise KubeError(f"Node {name} has no UID")
+        return str(uid)
 
     def _objects(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self._client())

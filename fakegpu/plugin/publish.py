@@ -9,6 +9,8 @@ Taints: an XID/ECC taint, once published, is kept by every instance for as long 
 record of health, so two instances never undo each other's taints (and never flap).
 ``gpu-lost`` is not sticky: it follows what NVML answers now. An apiserver that drops taints
 (DRADeviceTaints off) is detected from what it stores; unhealthy devices are then left out.
+Informational taints (effect None) exist from resource.k8s.io 1.35: an older apiserver gets
+none. Slices are owned by their Node, as NVIDIA's are, when the plugin may read the Node.
 """
 
 from __future__ import annotations
@@ -28,8 +30,14 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
 
 
+# The first Kubernetes minor whose apiserver accepts the taint effect None.
+EFFECT_NONE_MINOR = 35
+
+
 class SliceApi(Protocol):
     def version(self) -> str: ...
+    def server_minor(self) -> int: ...
+    def node_uid(self, name: str) -> str: ...
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
     def create_slice(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def replace_slice(self, body: dict[str, Any]) -> dict[str, Any]: ...
@@ -55,14 +63,27 @@ def sticky_taints(driver: str, inventory: Inventory,
     return out
 
 
-def merge_taints(*sources: Mapping[str, Sequence[Taint]]) -> dict[str, list[Taint]]:
-    """Union by device and taint key; a later source's value wins for the same key."""
+def merge_taints(*sources: Mapping[str, Sequence[Taint]],
+                 keep_fatal: bool = False) -> dict[str, list[Taint]]:
+    """Union by device and taint key; a later source's value wins for the same key, except
+    that with ``keep_fatal`` an informational taint never replaces a fatal one."""
     out: dict[str, dict[str, Taint]] = {}
     for source in sources:
         for name, taints in source.items():
             for t in taints:
-                out.setdefault(name, {})[t["key"]] = dict(t)
+                old = out.setdefault(name, {}).get(t["key"])
+                if (keep_fatal and old is not None and t.get("effect") == slices.INFORMATIONAL
+                        and old.get("effect") != slices.INFORMATIONAL):
+                    continue
+                out[name][t["key"]] = dict(t)
     return {name: list(by_key.values()) for name, by_key in out.items()}
+
+
+def fatal_only(taints: Mapping[str, Sequence[Taint]]) -> dict[str, list[Taint]]:
+    """``taints`` without the informational ones (an apiserver older than 1.35)."""
+    kept = {name: [t for t in ts if t.get("effect") != slices.INFORMATIONAL]
+            for name, ts in taints.items()}
+    return {name: ts for name, ts in kept.items() if ts}
 
 
 def _kept_taints(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
@@ -75,28 +96,50 @@ def _kept_taints(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
 class SlicePublisher:
     def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
                  interval_s: float = 10.0,
-                 health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None
-                 ) -> None:
+                 health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None,
+                 nvidia_compatible: bool = False) -> None:
         self._kube, self._devices = kube, devices
         self._driver, self._node, self._interval = driver, node, interval_s
         self._health = health or (lambda _inventory: {})
+        self._nvidia = nvidia_compatible
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="slice-publisher", daemon=True)
         self.synced = threading.Event()  # set after the first successful publish
         self.use_taints = True  # until the apiserver shows it drops them
+        self._owner: dict[str, Any] | None = None
+        self._owner_warned = False
+
+    def owner(self) -> dict[str, Any] | None:
+        """The Node's ownerReference, once read; None (logged once) while it cannot be read:
+        slices are then published without an owner rather than not at all."""
+        if self._owner is None:
+            try:
+                uid = self._kube.node_uid(self._node)
+            except KubeError as err:
+                if not self._owner_warned:
+                    self._owner_warned = True
+                    log.warning("cannot read Node %s (%s): publishing ResourceSlices without "
+                                "an owner (the plugin needs get on nodes)", self._node, err)
+                return None
+            self._owner = slices.node_owner(self._node, uid)
+        return self._owner
 
     def sync(self) -> bool:
         """Publish if needed; True when something changed. Raises KubeError."""
         version = self._kube.version()
+        owner = self.owner()
         inventory = self._devices.refresh()
         existing = self._kube.list_slices(self._driver, self._node)
         taints = merge_taints(sticky_taints(self._driver, inventory, existing),
-                              self._health(inventory))
+                              self._health(inventory), keep_fatal=not self._nvidia)
+        if self._kube.server_minor() < EFFECT_NONE_MINOR:
+            taints = fatal_only(taints)
 
         def build(generation: int) -> list[dict[str, Any]]:
             return slices.build_slices(self._driver, self._node, inventory, version, generation,
-                                       taints, self.use_taints)
+                                       taints, self.use_taints, node_wide_lost=self._nvidia,
+                                       owner=owner)
 
         desired = build(0)
         if slices.same_devices(existing, desired):
@@ -112,6 +155,11 @@ class SlicePublisher:
                 stored = self._kube.create_slice(body)
             else:
                 body["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
+                if "ownerReferences" not in body["metadata"] and \
+                        old["metadata"].get("ownerReferences"):
+                    # Another instance could read the Node: keep what it set (a replace
+                    # without them would drop them, and the two would flap).
+                    body["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"]
                 stored = self._kube.replace_slice(body)
             dropped = dropped or not _kept_taints(body, stored)
         for stale in by_name:

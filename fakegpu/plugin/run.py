@@ -65,7 +65,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     except ValueError as err:
         raise InvalidInput(str(err)) from err
     state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
-    devices = Devices(discovery.discover)
+    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
+    nvidia = opts.driver_name == NVIDIA_DRIVER
+    devices = Devices(lambda: discovery.discover(nvidia))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
              len(inventory.devices), ",".join(d.name for d in inventory.devices))
@@ -74,9 +76,10 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status),
                     kube, devices)
-    health = Health(opts.driver_name)
+    health = Health(opts.driver_name, nvidia)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
-                               opts.rediscover_interval_s, health=health.taints)
+                               opts.rediscover_interval_s, health=health.taints,
+                               nvidia_compatible=nvidia)
     # Events wake the publisher at once; rediscovery every interval catches what NVML sends
     # no event for (MIG reconfiguration, a GPU that answers again).
     watcher = EventWatcher(health, devices.current, publisher.poke)

@@ -7,6 +7,7 @@ attributes NVIDIA may add.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -24,14 +25,17 @@ OWN_DOMAIN = "fakegpu.dev"
 TAINT_GPU_LOST = "gpu-lost"
 TAINT_XID = "xid"
 TAINT_ECC = "ecc"  # fakegpu's: NVIDIA's driver ignores ECC events (see docs/plugin.md)
+NO_SCHEDULE = "NoSchedule"
+INFORMATIONAL = "None"  # the effect of a taint that only informs (resource.k8s.io 1.35+)
 Taint = dict[str, str]  # {"key", "value"?, "effect"}; timeAdded is left to the apiserver
 
 
-def taint(driver: str, name: str, value: str = "", effect: str = "NoSchedule") -> Taint:
+def taint(driver: str, name: str, value: str = "", effect: str = NO_SCHEDULE) -> Taint:
     """A device taint keyed ``<driver>/<name>``.
 
     NoSchedule: keep new claims off the device but leave running pods alone; evicting them
-    (NoExecute) is an operator's decision, taken with a DeviceTaintRule.
+    (NoExecute) is an operator's decision, taken with a DeviceTaintRule. ``None`` only
+    informs (an XID the application caused).
     """
     return {"key": f"{driver}/{name}", **({"value": value} if value else {}), "effect": effect}
 
@@ -60,12 +64,16 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
         "cudaComputeCapability": {"version": semver(device.cuda_compute_capability)},
         "driverVersion": {"version": semver(inventory.driver_version)},
         "resource.kubernetes.io/pciBusID": {"string": device.pci_bus_id},
-        "resource.kubernetes.io/pcieRoot": {"string": device.pcie_root},
         f"{OWN_DOMAIN}/minor": {"int": device.minor},
         f"{OWN_DOMAIN}/nvlinkPeers": {"int": device.nvlink_peers},
     }
     if inventory.cuda_driver_version:
         attrs["cudaDriverVersion"] = {"version": semver(inventory.cuda_driver_version)}
+    # Both only when known, as NVIDIA's driver does: a MIG device carries its GPU's.
+    if device.pcie_root:
+        attrs["resource.kubernetes.io/pcieRoot"] = {"string": device.pcie_root}
+    if device.addressing_mode:
+        attrs["addressingMode"] = {"string": device.addressing_mode}
     if device.type == "mig":
         attrs["parentUUID"] = {"string": device.parent_uuid}
         attrs["profile"] = {"string": device.profile}
@@ -117,6 +125,17 @@ def device_uuid(entry: Mapping[str, Any]) -> str:
     return str(((body.get("attributes") or {}).get("uuid") or {}).get("string", ""))
 
 
+def unhealthy(taints: Sequence[Taint]) -> bool:
+    """Any taint that keeps claims off (an informational one does not)."""
+    return any(t.get("effect") != INFORMATIONAL for t in taints)
+
+
+def node_owner(node: str, uid: str) -> dict[str, Any]:
+    """The ownerReference NVIDIA's slices carry (the kubelet plugin helper's): the Node, as
+    controller, so the garbage collector deletes the slices with the node."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}
+
+
 def slice_name(driver: str, node: str, index: int) -> str:
     """Deterministic, DNS-safe, <= 63 chars: every instance computes the same names."""
     base = re.sub(r"[^a-z0-9-]", "-", f"{node}-{driver}".lower()).strip("-")
@@ -127,31 +146,38 @@ def slice_name(driver: str, node: str, index: int) -> str:
 
 def build_slices(driver: str, node: str, inventory: Inventory, version: str,
                  generation: int, taints: Mapping[str, Sequence[Taint]] | None = None,
-                 use_taints: bool = True) -> list[dict[str, Any]]:
+                 use_taints: bool = True, node_wide_lost: bool = False,
+                 owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The node's pool (named after the node) as one or more slices of at most 128 devices.
 
-    ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``.
-    Without ``use_taints`` (an apiserver that drops them: DRADeviceTaints off) an unhealthy
-    device is left out of the pool instead, so nothing schedules onto it either way.
+    ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``,
+    and with ``node_wide_lost`` (NVIDIA's driver) every device of the node does while any GPU
+    is lost. Without ``use_taints`` (an apiserver that drops them: DRADeviceTaints off) an
+    unhealthy device is left out of the pool instead, so nothing schedules onto it either
+    way. ``owner``: the ownerReference every slice carries (the Node), when known.
     """
     if version not in VERSIONS:
         raise ValueError(f"unsupported resource.k8s.io version {version!r}")
+    any_lost = node_wide_lost and (bool(inventory.lost_indices)
+                                   or any(d.lost for d in inventory.devices))
     wanted: dict[str, list[Taint]] = {}
     for device in inventory.devices:
         found = [dict(t) for t in (taints or {}).get(device.name, ())]
-        if device.lost:
+        if device.lost or any_lost:
             found.insert(0, taint(driver, TAINT_GPU_LOST))
         if found:
             wanted[device.name] = found
     devices: Sequence[Device] = [d for d in inventory.devices
-                                 if use_taints or d.name not in wanted]
+                                 if use_taints or not unhealthy(wanted.get(d.name, ()))]
     size = MAX_TAINTED_DEVICES_PER_SLICE if use_taints and wanted else MAX_DEVICES_PER_SLICE
     chunks = [devices[i:i + size] for i in range(0, len(devices), size)] or [[]]
+    metadata: dict[str, Any] = {"labels": {"app.kubernetes.io/managed-by": "fakegpu-plugin"}}
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
     return [{
         "apiVersion": f"{GROUP}/{version}",
         "kind": "ResourceSlice",
-        "metadata": {"name": slice_name(driver, node, i),
-                     "labels": {"app.kubernetes.io/managed-by": "fakegpu-plugin"}},
+        "metadata": {"name": slice_name(driver, node, i), **copy.deepcopy(metadata)},
         "spec": {
             "driver": driver,
             "nodeName": node,
@@ -178,12 +204,17 @@ def same_devices(existing: Sequence[dict[str, Any]], desired: Sequence[dict[str,
     """True when the published slices already carry exactly the desired pool content."""
     if len(existing) != len(desired):
         return False
-    have = {o["metadata"]["name"]: o["spec"] for o in existing}
+    have = {o["metadata"]["name"]: o for o in existing}
     for obj in desired:
         spec = dict(obj["spec"])
         spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
-        published = have.get(obj["metadata"]["name"])
+        stored = have.get(obj["metadata"]["name"])
+        published = stored["spec"] if stored is not None else None
         if not _contains(published, spec):
+            return False
+        # A slice published before the owner was known (or by an older version) gets it.
+        owners = obj["metadata"].get("ownerReferences")
+        if owners and not _contains((stored or {})["metadata"].get("ownerReferences"), owners):
             return False
         # "Contains" cannot see a taint that went away (desired then has no taints at all).
         assert published is not None

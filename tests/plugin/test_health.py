@@ -12,12 +12,18 @@ from fakegpu.plugin.health import WHOLE_GPU, Health, classify, target_uuid
 from .helpers import DRIVER, gpu
 
 
-def test_critical_xids_and_uncorrectable_ecc_taint_application_xids_do_not() -> None:
-    assert classify(pynvml.nvmlEventTypeXidCriticalError, 48) == ("xid", "48")
-    assert classify(pynvml.nvmlEventTypeXidCriticalError, 79) == ("xid", "79")
-    assert classify(pynvml.nvmlEventTypeXidCriticalError, 13) is None  # the app's fault
-    assert classify(pynvml.nvmlEventTypeDoubleBitEccError, 0) == ("ecc", "dbe")
+def test_critical_xids_and_uncorrectable_ecc_taint_application_xids_only_inform() -> None:
+    xid = pynvml.nvmlEventTypeXidCriticalError
+    assert classify(xid, 48) == ("xid", "48", "NoSchedule")
+    assert classify(xid, 79) == ("xid", "79", "NoSchedule")
+    # NVIDIA's ignored XIDs (the application's fault): an informational taint, effect None.
+    for app in (13, 31, 43, 45, 68, 109):
+        assert classify(xid, app) == ("xid", str(app), "None")
+        assert classify(xid, app, nvidia_compatible=True) == ("xid", str(app), "None")
+    assert classify(pynvml.nvmlEventTypeDoubleBitEccError, 0) == ("ecc", "dbe", "NoSchedule")
     assert classify(pynvml.nvmlEventTypeSingleBitEccError, 0) is None  # corrected
+    # NVIDIA's driver acts on XID events only.
+    assert classify(pynvml.nvmlEventTypeDoubleBitEccError, 0, nvidia_compatible=True) is None
 
 
 def _mig_inventory() -> Inventory:
@@ -37,6 +43,16 @@ def test_an_event_names_a_mig_device_or_the_whole_gpu() -> None:
     assert target_uuid(parent, 5, 0, inv.by_name()) == parent  # unknown instance: the GPU
 
 
+def test_nvidia_compatible_ignores_events_naming_no_published_device() -> None:
+    inv = _mig_inventory()
+    parent, whole = gpu(1).uuid, gpu(0).uuid
+    assert target_uuid(parent, 2, 0, inv.by_name(), nvidia_compatible=True) == "MIG-2"
+    # A GPU-wide XID on a GPU in MIG mode: NVIDIA does not publish that GPU, so ignores it.
+    assert target_uuid(parent, WHOLE_GPU, WHOLE_GPU, inv.by_name(), nvidia_compatible=True) == ""
+    assert target_uuid(parent, 5, 0, inv.by_name(), nvidia_compatible=True) == ""
+    assert target_uuid(whole, WHOLE_GPU, WHOLE_GPU, inv.by_name(), nvidia_compatible=True) == whole
+
+
 def test_a_gpu_taint_covers_its_mig_devices_and_newer_xids_replace_older() -> None:
     inv = _mig_inventory()
     health = Health(DRIVER)
@@ -46,3 +62,32 @@ def test_a_gpu_taint_covers_its_mig_devices_and_newer_xids_replace_older() -> No
     got = {name: [(t["key"], t["value"]) for t in ts] for name, ts in health.taints(inv).items()}
     assert got == {"gpu-1-mig-1": [(f"{DRIVER}/xid", "48")],
                    "gpu-1-mig-2": [(f"{DRIVER}/xid", "94")]}
+
+
+def effects(health: Health, inv: Inventory) -> dict[str, list[tuple[str, str]]]:
+    return {n: [(t["value"], t["effect"]) for t in ts] for n, ts in health.taints(inv).items()}
+
+
+def test_an_informational_xid_never_lifts_a_fatal_one_in_fakegpus_mode() -> None:
+    inv = _mig_inventory()
+    health = Health(DRIVER)
+    assert health.record("MIG-1", "xid", "13", "None") is True
+    assert effects(health, inv) == {"gpu-1-mig-1": [("13", "None")]}
+    assert health.record("MIG-1", "xid", "48") is True
+    assert health.record("MIG-1", "xid", "13", "None") is False  # 48 stays
+    assert health.record(gpu(1).uuid, "xid", "79") is True
+    assert health.record("MIG-2", "xid", "31", "None") is True  # below the GPU's fatal 79
+    assert effects(health, inv) == {"gpu-1-mig-1": [("48", "NoSchedule")],
+                                    "gpu-1-mig-2": [("79", "NoSchedule")]}
+
+
+def test_nvidia_compatible_health_is_per_device_and_the_latest_xid_wins() -> None:
+    """NVIDIA's driver: a GPU record does not reach its MIG devices, and the latest XID
+    replaces the previous one, effect included (AddOrUpdateTaint)."""
+    inv = _mig_inventory()
+    health = Health(DRIVER, nvidia_compatible=True)
+    assert health.record(gpu(1).uuid, "xid", "48") is True
+    assert health.taints(inv) == {}
+    assert health.record("MIG-1", "xid", "48") is True
+    assert health.record("MIG-1", "xid", "13", "None") is True
+    assert effects(health, inv) == {"gpu-1-mig-1": [("13", "None")]}

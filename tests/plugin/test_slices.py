@@ -1,11 +1,19 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from fakegpu.plugin import slices
-from fakegpu.plugin.discovery import Device, Inventory, MigInfo, mig_device_name
+from fakegpu.plugin.discovery import (
+    Device,
+    Inventory,
+    MigInfo,
+    mig_device_name,
+    nvlib_profile_name,
+    rfc1123,
+)
 
 from .helpers import DRIVER, NODE, gpu, inventory
 
@@ -68,37 +76,75 @@ def test_slice_names_are_dns_labels() -> None:
 
 
 def mig(gi: int, profile_id: int, start: int, size: int, ci: int = 0,
-        shared: bool = False) -> Device:
+        shared: bool = False, profile: str = "") -> Device:
     parent = gpu(2)
     info = MigInfo(gi_id=gi, ci_id=ci, profile_id=profile_id, placement_start=start,
                    placement_size=size, multiprocessors=16 * size, copy_engines=size,
                    decoders=size, encoders=0, jpeg_engines=size // 2, ofa_engines=0,
                    shared_gi=shared)
-    return dataclasses.replace(parent, name=mig_device_name(parent.minor, info), type="mig",
-                               uuid=f"MIG-{gi}-{ci}", parent_uuid=parent.uuid,
-                               profile=f"{size}g.{10 * size}gb", memory_bytes=size * 10 << 30,
-                               mig=info)
+    profile = profile or f"{size}g.{10 * size}gb"
+    return dataclasses.replace(parent, name=mig_device_name(parent.minor, profile, info),
+                               type="mig", uuid=f"MIG-{gi}-{ci}", parent_uuid=parent.uuid,
+                               profile=profile, memory_bytes=size * 10 << 30, mig=info)
+
+
+# NVIDIA's driver parses its MIG device names back with this (cmd/gpu-kubelet-plugin/mig.go).
+NVIDIA_MIG_NAME = re.compile(r"^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$")
 
 
 def test_mig_device_names_follow_nvidia_and_stay_unique() -> None:
-    assert mig(1, 9, 0, 4).name == "gpu-2-mig-9-0-4"
-    assert mig(3, 19, 6, 1).name == "gpu-2-mig-19-6-1"
-    # Two compute instances of one GPU instance: NVIDIA's name alone would repeat.
+    # NVIDIA's current scheme: profile without dots ('+' as '-'), GI profile id, start.
+    assert mig(1, 9, 0, 4, profile="3g.20gb").name == "gpu-2-mig-3g20gb-9-0"
+    assert mig(3, 20, 1, 1, profile="1g.10gb+me").name == "gpu-2-mig-1g10gb-me-20-1"
+    assert mig(3, 19, 6, 1, profile="1g.10gb").name == "gpu-2-mig-1g10gb-19-6"
+    parsed = NVIDIA_MIG_NAME.match("gpu-2-mig-1g10gb-me-20-1")
+    assert parsed is not None and parsed.groups() == ("2", "1g10gb-me", "20", "1")
+    # Two compute instances of one GPU instance (fakegpu's own mode): NVIDIA's name repeats.
     a, b = mig(1, 9, 0, 4, ci=0, shared=True), mig(1, 9, 0, 4, ci=1, shared=True)
-    assert (a.name, b.name) == ("gpu-2-mig-9-0-4-ci0", "gpu-2-mig-9-0-4-ci1")
+    assert (a.name, b.name) == ("gpu-2-mig-4g40gb-9-0-ci0", "gpu-2-mig-4g40gb-9-0-ci1")
+
+
+@pytest.mark.parametrize(("index", "mib", "total_mib", "name"), [
+    # GB200 (189471 MiB): production 1g (22 GiB) and the pre-production 20 GiB both round to
+    # 23 GB; 45.50 GiB is 46.5 -> 47 (Go's math.Round: half away from zero, not to even).
+    (0, 22528, 189471, "1g.23gb"), (7, 22528, 189471, "1g.23gb+me"),
+    (0, 20480, 189471, "1g.23gb"), (1, 46592, 189471, "2g.47gb"), (4, 188416, 189471, "7g.186gb"),
+    (0, 9984, 81559, "1g.10gb"), (2, 40448, 81559, "3g.40gb"), (4, 81152, 81559, "7g.80gb"),
+    (0xF, 9984, 81559, "1g.10gb+me.all"), (0xD, 9984, 81559, "1g.10gb-me"),
+    (0xC, 40448, 81559, "4g.40gb+gfx"), (0x11, 9984, 81559, ""),  # unknown to go-nvlib
+])
+def test_profile_names_computed_as_go_nvlib_does(index: int, mib: int, total_mib: int,
+                                                 name: str) -> None:
+    assert nvlib_profile_name(index, mib, total_mib << 20) == name
+
+
+def test_every_catalog_profile_name_is_what_nvidia_computes() -> None:
+    """NVIDIA's driver names profiles from their memory; the catalog's NVML names must agree
+    (GB200's pre-production 1g.24gb, 20 GiB, did not: production boards say 1g.23gb)."""
+    from fakegpu.topology import catalog
+
+    for key, product in catalog.products().items():
+        for p in product.mig.profiles if product.mig else ():
+            assert nvlib_profile_name(p.id, p.memory_mib, product.memory_mib << 20) == p.name, key
+
+
+def test_device_names_are_dns_labels_for_every_profile_suffix() -> None:
+    assert rfc1123("1g10gb+me.all".replace(".", "")) == "1g10gb-meall"
+    assert rfc1123("-1G.5GB+ME-") == "1g.5gb-me"
 
 
 def test_mig_device_entry_has_nvidia_attributes_and_capacities() -> None:
-    dev = mig(2, 14, 4, 2)
+    dev = dataclasses.replace(mig(2, 14, 4, 2), addressing_mode="HMM")
     inv = Inventory("580.1", "13.0", (dev,))
     [obj] = slices.build_slices(DRIVER, NODE, inv, "v1", 1)
     [entry] = obj["spec"]["devices"]
-    assert entry["name"] == "gpu-2-mig-14-4-2"
+    assert entry["name"] == "gpu-2-mig-2g20gb-14-4"
     attrs = entry["attributes"]
     assert attrs["type"] == {"string": "mig"}
     assert attrs["uuid"] == {"string": "MIG-2-0"}
     assert attrs["parentUUID"] == {"string": gpu(2).uuid}
     assert attrs["profile"] == {"string": "2g.20gb"}
+    assert attrs["addressingMode"] == {"string": "HMM"}
     assert attrs["fakegpu.dev/gpuInstance"] == {"int": 2}
     assert entry["capacity"] == {
         "memory": {"value": "20Gi"}, "multiprocessors": {"value": "32"},
@@ -106,6 +152,47 @@ def test_mig_device_entry_has_nvidia_attributes_and_capacities() -> None:
         "jpegEngines": {"value": "1"}, "ofaEngines": {"value": "0"},
         "memorySlice4": {"value": "1"}, "memorySlice5": {"value": "1"},
     }
+
+
+def test_unknown_pcie_root_and_addressing_mode_are_left_out() -> None:
+    """NVIDIA publishes neither when it cannot tell (no sysfs node; NVML NOT_SUPPORTED): an
+    invented root (the GPU's own bus, pci0000:18) would claim a topology that is not there."""
+    bare = dataclasses.replace(gpu(0), pcie_root="", addressing_mode="")
+    known = dataclasses.replace(gpu(1), pcie_root="pci0000:17", addressing_mode="ATS")
+    [obj] = slices.build_slices(DRIVER, NODE, Inventory("580.1", "13.0", (bare, known)), "v1", 1)
+    first, second = (d["attributes"] for d in obj["spec"]["devices"])
+    assert "resource.kubernetes.io/pcieRoot" not in first and "addressingMode" not in first
+    assert second["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:17"}
+    assert second["addressingMode"] == {"string": "ATS"}
+
+
+def test_slices_are_owned_by_their_node() -> None:
+    owner = slices.node_owner(NODE, "1234-uid")
+    objs = slices.build_slices(DRIVER, NODE, inventory(2), "v1", 1, owner=owner)
+    assert objs[0]["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "1234-uid", "controller": True}]
+    # A slice published without the owner (before it was known) is not "the same".
+    unowned = slices.build_slices(DRIVER, NODE, inventory(2), "v1", 1)
+    assert not slices.same_devices(unowned, objs)
+    assert slices.same_devices(objs, unowned)  # no owner known: whatever is there is kept
+
+
+def test_informational_taints_keep_the_device_in_a_pool_without_taints() -> None:
+    inv = inventory(3)
+    note = slices.taint(DRIVER, slices.TAINT_XID, "13", slices.INFORMATIONAL)
+    fatal = slices.taint(DRIVER, slices.TAINT_XID, "48")
+    plain = slices.build_slices(DRIVER, NODE, inv, "v1", 1, {"gpu-0": [note], "gpu-1": [fatal]},
+                                use_taints=False)
+    assert [d["name"] for d in plain[0]["spec"]["devices"]] == ["gpu-0", "gpu-2"]
+
+
+def test_nvidia_compatible_gpu_lost_taints_every_device_of_the_node() -> None:
+    inv = dataclasses.replace(inventory(3), lost_indices=(1,))
+    lost = {"key": f"{DRIVER}/gpu-lost", "effect": "NoSchedule"}
+    [obj] = slices.build_slices(DRIVER, NODE, inv, "v1", 1, node_wide_lost=True)
+    assert [d.get("taints") for d in obj["spec"]["devices"]] == [[lost]] * 3
+    [own] = slices.build_slices(DRIVER, NODE, inv, "v1", 1)  # fakegpu: only the lost GPU's
+    assert [d.get("taints") for d in own["spec"]["devices"]] == [None] * 3
 
 
 def test_taints_lost_devices_and_the_smaller_slice_limit() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu import hostpkgs, paths
+from fakegpu import fsutil, hostpkgs, paths
 from fakegpu.cluster import process
 from fakegpu.cluster.kind import runtime_wrapper
 from fakegpu.errors import FakegpuError, MissingPrerequisite
@@ -109,12 +109,8 @@ def install_wrapper(dest: Path, real_runc: Path) -> Path:
     """Write the runtime wrapper, with the real runc baked in, as an executable file."""
     python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
     text = wrapper_text(str(real_runc), seccomp=seccomp_supported(real_runc), python=python)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o755)
-    os.replace(tmp, dest)
-    return dest
+    # Atomic: dockerd may be exec'ing the old wrapper right now.
+    return fsutil.atomic_write(dest, text, mode=0o755)
 
 
 def daemon_config(wrapper: Path | None) -> dict[str, object]:
@@ -153,12 +149,12 @@ def ensure(console: Console | None = None) -> DockerHost:
             raise MissingPrerequisite("runc is not installed (Debian package runc)")
         wrapper = install_wrapper(state_dir() / WRAPPER_RUNTIME, Path(runc))
     cfg = state_dir() / "daemon.json"
-    cfg.write_text(json.dumps(daemon_config(wrapper), indent=2) + "\n")
+    fsutil.atomic_write(cfg, json.dumps(daemon_config(wrapper), indent=2) + "\n")
     console.print(f"starting dockerd (config {cfg}, log {state_dir() / 'dockerd.log'})")
     rec = process.spawn("dockerd", [dockerd, "--config-file", str(cfg),
                                     "--pidfile", str(state_dir() / "dockerd.pid")],
                         state_dir() / "dockerd.log")
-    (state_dir() / "dockerd.json").write_text(json.dumps(rec.to_json()) + "\n")
+    fsutil.atomic_write(state_dir() / "dockerd.json", json.dumps(rec.to_json()) + "\n")
     process.wait_until("dockerd to answer", lambda: daemon_answers(docker, 5),
                        process.WaitPolicy(timeout=90, interval=1), watch=[rec])
     return DockerHost(docker, ours=True, runtime_wrapper=wrapper is not None)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu import hostpkgs, paths
+from fakegpu import fsutil, hostpkgs, paths
 from fakegpu.cluster.process import CommandError, run
 from fakegpu.errors import FakegpuError, MissingPrerequisite
 
@@ -94,7 +94,7 @@ def ensure_tar(fs: Rootfs, console: Console | None = None) -> Path:
         tmp = work / "rootfs.tar"
         run(["tar", "--sort=name", "--mtime=@0", "--numeric-owner", "--xattrs",
              "-C", str(root), "-cf", str(tmp), "."], timeout=900)
-        os.replace(tmp, dest)
+        fsutil.move_into_place(tmp, dest)
     except CommandError as err:
         raise FakegpuError(f"packing the {fs.name} rootfs failed: {err}") from err
     finally:
