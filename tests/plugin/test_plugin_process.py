@@ -123,14 +123,14 @@ def test_a_path_in_a_flag_is_refused_before_anything_touches_the_disk(
 
 class Instance:
     def __init__(self, root: Path, kubeconfig: Path, env: dict[str, str], node: str,
-                 instance_id: str, rediscover_s: float = 1) -> None:
+                 instance_id: str, rediscover_s: float = 1, driver: str = DRIVER) -> None:
         self.id = instance_id
-        self.reg = root / "kubelet" / "plugins_registry" / f"{DRIVER}-{instance_id}-reg.sock"
-        self.dra = root / "kubelet" / "plugins" / DRIVER / f"dra-{instance_id}.sock"
+        self.reg = root / "kubelet" / "plugins_registry" / f"{driver}-{instance_id}-reg.sock"
+        self.dra = root / "kubelet" / "plugins" / driver / f"dra-{instance_id}.sock"
         self.log = (root / f"{instance_id}.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
-             "--driver-name", DRIVER, "--kubeconfig", str(kubeconfig),
+             "--driver-name", driver, "--kubeconfig", str(kubeconfig),
              "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
              "--instance-id", instance_id, "--rediscover-interval", str(rediscover_s),
              "--grace-period", "5"],
@@ -277,16 +277,16 @@ def fake_node(root: Path, fixture: str, node_index: int) -> tuple[dict[str, str]
 class Pool:
     """The node's pool as the apiserver holds it."""
 
-    def __init__(self, kubeconfig: Path, node: str) -> None:
+    def __init__(self, kubeconfig: Path, node: str, driver: str = DRIVER) -> None:
         from kubernetes import client, config
 
         self.objects = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
-        self.node = node
+        self.node, self.driver = node, driver
 
     def slices(self) -> list[dict[str, Any]]:
         got = self.objects.list_cluster_custom_object(
             "resource.k8s.io", "v1", "resourceslices",
-            field_selector=f"spec.driver={DRIVER},spec.nodeName={self.node}")
+            field_selector=f"spec.driver={self.driver},spec.nodeName={self.node}")
         return list(got["items"])
 
     def generation(self) -> int:
@@ -295,10 +295,10 @@ class Pool:
     def devices(self) -> dict[str, dict[str, Any]]:
         return {d["name"]: d for s in self.slices() for d in s["spec"]["devices"]}
 
-    def taints(self, device: str) -> dict[str, str]:
+    def taints(self, device: str, effect: str = "NoSchedule") -> dict[str, str]:
+        """The device's taints of one effect: key -> value."""
         found = self.devices().get(device, {}).get("taints") or []
-        assert all(t["effect"] == "NoSchedule" for t in found)
-        return {t["key"]: t.get("value", "") for t in found}
+        return {t["key"]: t.get("value", "") for t in found if t["effect"] == effect}
 
 
 def allocate(objects: Any, namespace: str, name: str, node: str, device: str) -> str:
@@ -348,7 +348,9 @@ def test_nvml_events_taint_devices_at_once_and_prepared_claims_survive(
         faults.inject(state_path, 2, "xid", 48)  # double-bit ECC XID: critical
         wait_for(lambda: pool.taints("gpu-2") == {f"{DRIVER}/xid": "48"}, "xid taint", inst.proc)
         assert pool.generation() > first
-        faults.inject(state_path, 5, "xid", 13)  # the application's fault: no taint
+        faults.inject(state_path, 5, "xid", 13)  # the application's fault: informational
+        wait_for(lambda: pool.taints("gpu-5", "None") == {f"{DRIVER}/xid": "13"},
+                 "informational xid taint", inst.proc)
         faults.inject(state_path, 3, "gpu-lost")
         wait_for(lambda: f"{DRIVER}/gpu-lost" in pool.taints("gpu-3"), "gpu-lost taint",
                  inst.proc)
@@ -387,7 +389,7 @@ def test_mig_reconfiguration_through_nvml_republishes_a_new_generation(
                  and "gpu-2" not in pool.devices(), "the reconfigured pool", inst.proc)
         assert pool.generation() > first
         new = [n for n in pool.devices() if n.startswith("gpu-1-mig-")]
-        assert new == ["gpu-1-mig-19-0-1"]  # 1g.5gb: profile id 19, first slice, size 1
+        assert new == ["gpu-1-mig-1g5gb-19-0"]  # 1g.5gb: profile id 19, first slice
         assert pool.devices()[new[0]]["attributes"]["profile"] == {"string": "1g.5gb"}
     finally:
         inst.proc.send_signal(signal.SIGTERM)
@@ -406,3 +408,39 @@ n.nvmlGpuInstanceCreateComputeInstance(gi, ci.id)
 n.nvmlDeviceSetMigMode(gpu2, n.NVML_DEVICE_MIG_ENABLE)
 n.nvmlShutdown()
 """
+
+
+NVIDIA = "gpu.nvidia.com"
+
+
+def test_nvidia_compatible_health_names_and_node_owner(short_tmp: Path, apiserver: Path) -> None:
+    """With NVIDIA's driver name: MIG names NVIDIA's driver parses, slices owned by the Node,
+    a GPU-wide XID on a MIG GPU ignored (NVIDIA publishes no such device), and a lost GPU
+    tainting every device of the node."""
+    from kubernetes import client, config
+
+    from fakegpu.nvml import faults
+
+    env, node, state_path = fake_node(short_tmp, "mixed.yaml", 0)  # a100-0: GPU 0 in MIG mode
+    core = client.CoreV1Api(config.new_client_from_config(str(apiserver)))
+    uid = core.create_node({"metadata": {"name": node}}).metadata.uid
+    pool = Pool(apiserver, node, NVIDIA)
+    inst = Instance(short_tmp, apiserver, env, node, "nv", rediscover_s=600, driver=NVIDIA)
+    try:
+        names = sorted(wait_for(pool.devices, "slices", inst.proc))
+        assert names == ["gpu-0-mig-1g5gb-19-6", "gpu-0-mig-2g10gb-14-4", "gpu-0-mig-3g20gb-9-0",
+                         "gpu-2", "gpu-3"]
+        assert {o["kind"]: o["uid"] for s in pool.slices()
+                for o in s["metadata"]["ownerReferences"]} == {"Node": uid}
+        wait_for(lambda: "watching NVML events" in (short_tmp / "nv.log").read_text(),
+                 "the event set", inst.proc)
+        faults.inject(state_path, 0, "xid", 48)  # GPU-wide, on the MIG GPU: ignored
+        faults.inject(state_path, 2, "xid", 48)  # after it: once this shows, both were read
+        wait_for(lambda: pool.taints("gpu-2") == {f"{NVIDIA}/xid": "48"}, "xid taint",
+                 inst.proc)
+        assert all(pool.taints(n) == {} for n in names if n.startswith("gpu-0-"))
+        faults.inject(state_path, 3, "gpu-lost")
+        wait_for(lambda: all(f"{NVIDIA}/gpu-lost" in pool.taints(n) for n in names),
+                 "gpu-lost on every device", inst.proc)
+    finally:
+        inst.close()
