@@ -30,4 +30,4 @@ ENV PATH=/opt/fakegpu/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 # it as root with every capability dropped: it writes into the kubelet's root-owned plugin
 # directories on the host, and nothing else.
 USER 65532:65532
-ENTRYPOINT ["/opt/fakegpu/bin/python", "-m", "fakegpu.cluster.kind.entrypoint"]
+ENTRYPOINT ["/opt/fakegpu/bin/python", "-m", "fakegpu.node.entrypoint"]

@@ -7,7 +7,7 @@ file system is read-only) and the plugin is exec'd with the fake library first o
 path. A node the topology does not name is an error, not a node without GPUs: a silent default
 would let tests pass against the wrong machine.
 
-Usage: ``python -m fakegpu.cluster.kind.entrypoint [PLUGIN ARGS...]`` (arguments go to
+Usage: ``python -m fakegpu.node.entrypoint [PLUGIN ARGS...]`` (arguments go to
 ``fakegpu plugin run`` unchanged).
 """
 

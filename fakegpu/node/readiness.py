@@ -6,7 +6,7 @@ its sockets; the old instance then finds no other instance on its way out and de
 node's ResourceSlices (as the last instance must), and the node has no devices until the new
 one republishes. With this probe the old instance sees the new one and leaves them.
 
-Usage: ``python -m fakegpu.cluster.kind.readiness --driver-name D [--kubelet-root R]``, with the
+Usage: ``python -m fakegpu.node.readiness --driver-name D [--kubelet-root R]``, with the
 instance id in $POD_UID as for the plugin. Exit 0 when ready, 1 when not.
 """
 

@@ -9,9 +9,9 @@ everything else that stops a cluster from coming up is an error.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
+
+from fakegpu.cluster import hostcheck
 
 PROVIDERS = ("embedded", "kind")
 
@@ -42,67 +42,13 @@ def missing_prerequisites(provider: str, facts: HostFacts) -> list[str]:
     return missing
 
 
-def docker_problem(timeout: float = 20.0) -> str | None:
-    """None when ``docker info`` reaches a daemon (honouring DOCKER_HOST), else the reason."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return "`docker` not found on PATH"
-    try:
-        out = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"],
-                             capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return f"`docker info` did not answer within {timeout:.0f}s"
-    if out.returncode != 0 or not out.stdout.strip():
-        detail = (out.stderr.strip().splitlines() or ["no server version"])[-1]
-        return f"`docker info` failed: {detail}"
-    return None
-
-
-def find_go() -> str | None:
-    # The same search the cluster build uses, so "Go is missing" means the build would fail.
-    from fakegpu.cluster.gobuild import Go
-    from fakegpu.errors import MissingPrerequisite
-
-    try:
-        return str(Go.find().executable)
-    except MissingPrerequisite:
-        return None
-
-
-def binaries_cached(k8s_version: str | None) -> bool:
-    """Whether the cluster binaries of ``k8s_version`` (None: the default) need no Go build.
-
-    True when the cache holds all of them, or when the user names a directory of prebuilt
-    ones (FAKEGPU_BIN_DIR), which the provider copies instead of building.
-    """
-    from fakegpu.cluster import binaries
-
-    if os.environ.get(binaries.BIN_DIR_ENV):
-        return True
-    return binaries.cached(binaries.resolve_version(k8s_version)) is not None
-
-
 def probe_host(provider: str, k8s_version: str | None) -> HostFacts:
     """The facts ``missing_prerequisites`` needs, read from this host now."""
     return HostFacts(
         is_root=os.geteuid() == 0,
-        go=find_go(),
-        binaries_cached=binaries_cached(k8s_version),
+        go=hostcheck.go_toolchain(),
+        binaries_cached=hostcheck.binaries_need_no_build(k8s_version),
         # Only ask Docker when it matters: `docker info` can take seconds to time out.
-        docker=kind_docker_problem() if provider == "kind" else None,
+        docker=hostcheck.kind_docker_problem() if provider == "kind" else None,
     )
 
-
-def kind_docker_problem() -> str | None:
-    """Why the kind provider cannot have Docker here, or None.
-
-    No daemon answering is not yet a reason: as root the provider installs and starts its own
-    (fakegpu.cluster.kind.dockerhost). A daemon the user named with DOCKER_HOST is theirs, and
-    we never start one in its place, so that one not answering is the reason.
-    """
-    problem = docker_problem()
-    if problem is None or os.environ.get("DOCKER_HOST"):
-        return problem
-    from fakegpu.cluster.kind import dockerhost
-
-    return dockerhost.unavailable_reason()

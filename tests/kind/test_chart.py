@@ -66,7 +66,7 @@ def test_daemonset_upgrades_seamlessly_and_mounts_what_the_kubelet_shares(
     assert "--driver-name=gpu.fakegpu.dev" in c["args"]
     # Ready means "serving its sockets", so a surge never removes the old pod too early.
     probe = c["readinessProbe"]["exec"]["command"]
-    assert "fakegpu.cluster.kind.readiness" in probe and "--driver-name=gpu.fakegpu.dev" in probe
+    assert "fakegpu.node.readiness" in probe and "--driver-name=gpu.fakegpu.dev" in probe
 
 
 def test_rbac_is_least_privilege(helm: Path) -> None:

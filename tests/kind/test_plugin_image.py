@@ -135,7 +135,7 @@ def test_readiness_probe_follows_the_sockets(serving: tuple[Any, Path, str]) -> 
 
     def probe(instance: str) -> tuple[int, str]:
         code, out = container.get_wrapped_container().exec_run(
-            ["/opt/fakegpu/bin/python", "-m", "fakegpu.cluster.kind.readiness",
+            ["/opt/fakegpu/bin/python", "-m", "fakegpu.node.readiness",
              "--driver-name", DRIVER], environment={"POD_UID": instance})
         return code, out.decode(errors="replace")
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cluster.kind import dockerhost, entrypoint, runtime_wrapper
+from fakegpu.cluster.kind import dockerhost, runtime_wrapper
 from fakegpu.errors import InvalidInput
+from fakegpu.node import entrypoint
 
 from .conftest import REPO
 

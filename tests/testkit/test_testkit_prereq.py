@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.cluster.hostcheck import docker_problem
 from fakegpu.testkit.prereq import (
     HostFacts,
-    docker_problem,
     missing_prerequisites,
     probe_host,
 )
