@@ -306,8 +306,9 @@ def _profile_name(parent: Device, mig: Any, entry: tuple[int, Any] | None,
     ("<product> MIG <profile>")."""
     if entry is not None:
         index, profile = entry
-        if nvidia:
-            return nvlib_profile_name(index, int(profile.memorySizeMB), parent.memory_bytes)
+        computed = nvlib_profile_name(index, int(profile.memorySizeMB), parent.memory_bytes)
+        if nvidia and computed:  # (an index go-nvlib does not know: NVML's name below)
+            return computed
         name = text(getattr(profile, "name", b""))
         if name:
             return name
