@@ -33,3 +33,12 @@ class MissingPrerequisite(FakegpuError):
     """The host lacks something we need, and we cannot install it ourselves."""
 
     exit_code = EXIT_PREREQ
+
+
+def printable(text: str) -> str:
+    """``text`` with unprintable characters escaped (``\\n``, ``\\x1b``, ``\\udcff`` from an
+    undecodable file name), so a message built from user data stays one printable line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from fakegpu.errors import EXIT_INVALID, EXIT_OK
+from fakegpu.errors import EXIT_INVALID, EXIT_OK, printable
 from fakegpu.topology.errors import TopologyError
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.render import to_json, to_table
@@ -50,7 +50,7 @@ def _validate(args: argparse.Namespace) -> int:
                 print(line, file=sys.stderr)
             status = EXIT_INVALID
             continue
-        print(f"{path}: ok ({len(topology.nodes)} nodes, {topology.gpu_count} GPUs)")
+        print(f"{printable(path)}: ok ({len(topology.nodes)} nodes, {topology.gpu_count} GPUs)")
     return status
 
 

@@ -355,7 +355,7 @@ def render_bytes(topology: Topology, node: Node) -> bytes:
     h.cuda_driver_version = topology.driver.cuda_version
     h.driver_version = _text(topology.driver.version, 80, "driver version")
     h.nvml_version = _text(topology.driver.nvml_version, 80, "NVML version")
-    h.topology = _text(topology.name[:63], 64, "topology name")
+    h.topology = _text(topology.name, 64, "topology name")
     h.node = _text(node.name, 64, "node name")
     h.checksum = checksum(h, gpus)
     return bytes(h) + b"".join(bytes(g) for g in gpus)

@@ -7,11 +7,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import catalog, ids
+from . import catalog, ids, pci
 from .errors import Problem, TopologyError
 from .fields import Report, join, type_name
 from .mig import first_free, refusal
 from .model import (
+    MAX_NAME_BYTES,
+    MAX_XID,
     Driver,
     FabricHealth,
     FabricState,
@@ -34,8 +36,10 @@ from .model import (
 
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 16
+MAX_FAULTS_PER_NODE = 256
 DEFAULT_DRIVER = ("580.95.05", 13000)
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_RANGE_DIGITS = 9  # node names are at most 63 characters anyway
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a Kubernetes node name
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 _TOP_KEYS = ("name", "seed", "driver", "fabrics", "nodes")
@@ -69,6 +73,11 @@ def build(data: Any, source: str) -> Topology:
     top = report.mapping(data, "", _TOP_KEYS)
     assert top is not None  # a dict, checked above
     name = report.get(top, "name", "", str)
+    if name is not None and len(name.encode()) > MAX_NAME_BYTES:
+        # The state file holds the name in a fixed field: count bytes, as it does.
+        report.add("name", f"is {len(name.encode())} bytes in UTF-8, expected at most "
+                           f"{MAX_NAME_BYTES}")
+        name = None
     seed = report.int_in(top, "seed", "", 0, 2**63 - 1, default=0)
     driver = _driver(report, top.get("driver"))
     fabrics = _fabrics(report, top.get("fabrics"), seed or 0)
@@ -113,6 +122,9 @@ def _fabrics(report: Report, raw: Any, seed: int) -> dict[str, _Fabric]:
     if not isinstance(raw, list):
         report.add("fabrics", f"is {type_name(raw)}, expected a list of fabrics")
         return out
+    if len(raw) > MAX_NODES:  # one per node at most; every error message lists them
+        report.add("fabrics", f"lists {len(raw)} fabrics, expected at most {MAX_NODES}")
+        return out
     for i, item in enumerate(raw):
         path = join("fabrics", i)
         data = report.mapping(item, path, ("name", "cluster_uuid", "clique", "state", "health"))
@@ -156,18 +168,42 @@ def _enum(report: Report, data: dict[str, Any], key: str, path: str, kind: type[
 
 
 def expand_name(pattern: str) -> list[str] | str:
-    """``tray-{0..17}`` -> names; a str result is the reason the pattern is bad."""
+    """``tray-{0..17}`` -> names; a str result is the reason the pattern is bad.
+
+    Only the first and last name are checked (the names differ in digits only, and the
+    last is the longest), so a bad pattern costs the same whatever its range.
+    """
     ranges = _RANGE.findall(pattern)
     if not ranges:
-        return [pattern]
+        return [pattern] if _good_name(pattern) else _bad_name(pattern)
     if len(ranges) > 1:
         return "has more than one {A..B} range, expected one"
     low_text, high_text = ranges[0]
+    if max(len(low_text), len(high_text)) > _RANGE_DIGITS:
+        return f"range bounds have more than {_RANGE_DIGITS} digits, expected a range of " \
+               f"at most {MAX_NODES} names"
     low, high = int(low_text), int(high_text)
     if low > high or high - low >= MAX_NODES:
         return f"range {{{low_text}..{high_text}}} is empty or above {MAX_NODES} names"
     width = len(low_text) if low_text.startswith("0") and len(low_text) > 1 else 0
-    return [_RANGE.sub(str(n).zfill(width), pattern) for n in range(low, high + 1)]
+
+    def name(n: int) -> str:
+        return _RANGE.sub(str(n).zfill(width), pattern)
+
+    bad = next((n for n in (name(low), name(high)) if not _good_name(n)), None)
+    if bad is not None:
+        return _bad_name(bad)
+    return [name(n) for n in range(low, high + 1)]
+
+
+def _good_name(name: str) -> bool:
+    return len(name) <= 63 and _NODE_NAME.match(name) is not None
+
+
+def _bad_name(name: str) -> str:
+    shown = name if len(name) <= 70 else name[:67] + "..."
+    return f"'{shown}' is not a valid node name, expected lowercase letters, digits, '-' " \
+           "and '.' (at most 63)"
 
 
 def _nodes(report: Report, raw: Any, seed: int, fabrics: dict[str, _Fabric]) -> list[Node] | None:
@@ -176,6 +212,7 @@ def _nodes(report: Report, raw: Any, seed: int, fabrics: dict[str, _Fabric]) -> 
         return None
     out: list[Node] = []
     seen: dict[str, str] = {}
+    named = 0  # names expanded so far, duplicates included: bounds the work
     for i, item in enumerate(raw):
         path = join("nodes", i)
         data = report.mapping(item, path, _NODE_KEYS)
@@ -188,12 +225,8 @@ def _nodes(report: Report, raw: Any, seed: int, fabrics: dict[str, _Fabric]) -> 
         if isinstance(names, str):
             report.add(join(path, "name"), names)
             continue
-        bad = next((n for n in names if len(n) > 63 or not _NODE_NAME.match(n)), None)
-        if bad is not None:
-            report.add(join(path, "name"), f"'{bad}' is not a valid node name, expected "
-                       "lowercase letters, digits, '-' and '.' (at most 63)")
-            continue
-        if len(out) + len(names) > MAX_NODES:
+        named += len(names)
+        if named > MAX_NODES:
             report.add(join(path, "name"), f"more than {MAX_NODES} nodes in total")
             return None
         before = len(report.problems)
@@ -223,7 +256,9 @@ class _NodeSpec:
     system: str
     gpus: tuple[_GpuSpec, ...]
     nvlink: _NvlinkMode
-    faults: tuple[tuple[int, Fault], ...]
+    faults: tuple[tuple[Fault, ...], ...]  # per GPU
+    gpu_pci: tuple[PciAddress, ...]
+    switch_pci: tuple[PciAddress, ...]
 
     @staticmethod
     def parse(report: Report, data: dict[str, Any], path: str,
@@ -239,19 +274,29 @@ class _NodeSpec:
         faults = _faults(report, data.get("faults"), join(path, "faults"), gpus, nvlink)
         if system is None or nvlink is None or faults is None:
             return None
-        return _NodeSpec(system, tuple(gpus), nvlink, tuple(faults))
+        switches = nvlink.switches if nvlink.mode == "switched" else 0
+        gpu_pci, switch_pci = pci.addresses(product, len(gpus), switches)
+        clash = pci.problem(gpu_pci, switch_pci)
+        if clash is not None:
+            field, why = clash
+            where = join(join(path, "nvlink"), "switches") if field == "switches" \
+                else join(path, "gpus")
+            report.add(where, f"{len(gpus)} GPUs and {switches} NVSwitches do not fit: {why}")
+            return None
+        per_gpu = tuple(tuple(f for g, f in faults if g == i) for i in range(len(gpus)))
+        return _NodeSpec(system, tuple(gpus), nvlink, per_gpu, tuple(gpu_pci),
+                         tuple(switch_pci))
 
     def node(self, name: str, position: int, seed: int, fabrics: dict[str, _Fabric]) -> Node:
         product = self.gpus[0].product
         board = product.baseboard
         count = len(self.gpus)
-        pcis = _gpu_pci(product, count)
         numa = [board.numa[i] if board and i < len(board.numa) else 0 for i in range(count)]
         per_board = board.gpus_per_board if board else 1
         switches = self._switches(name, seed)
         gpus = []
         for i, spec in enumerate(self.gpus):
-            faults = tuple(f for g, f in self.faults if g == i)
+            faults = self.faults[i]
             down = {f.value for f in faults if f.kind is FaultKind.NVLINK_DOWN}
             fabric = None
             if self.nvlink.mode == "fabric":
@@ -267,7 +312,7 @@ class _NodeSpec:
                 uuid=ids.gpu_uuid(seed, name, i),
                 serial=ids.board_serial(seed, name, i // per_board),
                 board_part_number=spec.product.board_part_number,
-                module_id=i + 1, pci=pcis[i], numa_node=numa[i],
+                module_id=i + 1, pci=self.gpu_pci[i], numa_node=numa[i],
                 nvlinks=self._links(name, switches, down), fabric=fabric,
                 mig=spec.mig, faults=faults))
         return Node(name=name, index=position, gpus=tuple(gpus), nvswitches=tuple(switches),
@@ -277,16 +322,12 @@ class _NodeSpec:
         if self.nvlink.mode != "switched":
             return []
         product = self.gpus[0].product
-        board = product.baseboard
         links = product.nvlink.links_per_gpu if product.nvlink else 0
         out = []
-        for s in range(self.nvlink.switches):
-            known = board.nvswitch_pci if board else ()
-            # Beyond the catalog's addresses, invent ones above the GPUs' buses.
-            pci = known[s] if s < len(known) else PciAddress(0, 0xE0 + s, 0)
+        for s, address in enumerate(self.switch_pci):
             per_gpu = sum(1 for link in range(links)
                           if _switch_of(link, links, self.nvlink.switches) == s)
-            out.append(NvSwitch(index=s, uuid=ids.switch_uuid(seed, node, s), pci=pci,
+            out.append(NvSwitch(index=s, uuid=ids.switch_uuid(seed, node, s), pci=address,
                                 links=per_gpu * len(self.gpus)))
         return out
 
@@ -320,16 +361,6 @@ def _fabric_switch_pci(link: int, product: Product) -> PciAddress:
     chips = (board.fabric_switch_chips or board.nvswitches) if board else 0
     chip = link % (chips or (product.nvlink.links_per_gpu if product.nvlink else 1))
     return PciAddress(0x100 + chip // 2, chip % 2, 0)
-
-
-def _gpu_pci(product: Product, count: int) -> list[PciAddress]:
-    board = product.baseboard
-    known = list(board.pci) if board else []
-    if count <= len(known):
-        return known[:count]
-    # More GPUs than the reference baseboard: evenly spaced buses in domain 0, sorted so
-    # the NVML index order (by bus id) still matches the position order.
-    return [PciAddress(0, 0x10 + i * 0x0E, 0) for i in range(count)]
 
 
 def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
@@ -494,6 +525,10 @@ def _faults(report: Report, raw: Any, path: str, gpus: list[_GpuSpec],
     if not isinstance(raw, list):
         report.add(path, f"is {type_name(raw)}, expected a list of faults")
         return None
+    if len(raw) > MAX_FAULTS_PER_NODE:
+        # Each node of a range gets them all: bound the work before looking at one.
+        report.add(path, f"lists {len(raw)} faults, expected at most {MAX_FAULTS_PER_NODE}")
+        return None
     out = []
     for i, item in enumerate(raw):
         where = join(path, i)
@@ -523,8 +558,8 @@ def _faults(report: Report, raw: Any, path: str, gpus: list[_GpuSpec],
             report.add(join(where, "kind"), "fabric-degraded needs the node in a fabric "
                                             "(nvlink.mode: fabric)")
             return None
-        if kind is FaultKind.XID and value is not None and not 1 <= value <= 999:
-            report.add(join(where, "value"), f"is {value}, expected an XID 1..999")
+        if kind is FaultKind.XID and value is not None and not 1 <= value <= MAX_XID:
+            report.add(join(where, "value"), f"is {value}, expected an XID 1..{MAX_XID}")
             return None
         out.append((gpu, Fault(kind, value)))
     return out

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fakegpu.errors import InvalidInput
+from fakegpu.errors import InvalidInput, printable
+
+# A hostile file can hold tens of thousands of mistakes: print the first ones and a count.
+MAX_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -13,9 +16,11 @@ class Problem:
     message: str  # what is wrong, what was expected
 
     def line(self, source: str) -> str:
-        # Newlines in user data must not break the one-line-per-problem contract.
+        # Newlines and control characters in user data (values, keys, the file name) must
+        # not break the one-line-per-problem contract: whitespace runs become one space,
+        # anything else unprintable is escaped.
         text = f"{self.path}: {self.message}" if self.path else self.message
-        return f"{source}: {' '.join(text.split())}"
+        return f"{printable(source)}: {printable(' '.join(text.split()))}"
 
 
 class TopologyError(InvalidInput):
@@ -27,4 +32,10 @@ class TopologyError(InvalidInput):
         super().__init__("\n".join(self.lines()))
 
     def lines(self) -> list[str]:
-        return [p.line(self.source) for p in self.problems]
+        """One line per problem, at most MAX_LINES, then one saying how many more."""
+        shown = [p.line(self.source) for p in self.problems[:MAX_LINES]]
+        more = len(self.problems) - len(shown)
+        if more:
+            shown.append(f"{printable(self.source)}: ... and {more} more "
+                         f"problem{'s' if more > 1 else ''}")
+        return shown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from .build import build
@@ -14,15 +16,36 @@ def load_topology(path: str | Path) -> Topology:
     """Read and validate a topology file; every failure is a TopologyError."""
     source = str(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)  # never read a huge file whole
-    except IsADirectoryError:
-        raise TopologyError(source, [Problem("", "is a directory, expected a YAML file")]) \
-            from None
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
         raise TopologyError(source, [Problem("", f"cannot read: {err.strerror or err}")]) \
             from None
+    kind = _kind(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise TopologyError(source, [Problem("", f"is {kind}, expected a YAML file")])
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            data = handle.read(MAX_BYTES + 1)  # never read a huge file whole
+        except OSError as err:
+            raise TopologyError(source, [Problem("", f"cannot read: {err.strerror or err}")]) \
+                from None
     return parse_bytes(data, source)
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is (None for a regular file): devices, FIFOs and sockets
+    block or never end."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def parse_topology(text: str, source: str = "<memory>") -> Topology:

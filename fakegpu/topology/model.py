@@ -190,6 +190,9 @@ class Mig:
     instances: tuple[MigInstance, ...] = ()
 
 
+MAX_XID = 999  # fault XIDs are 1..999, in topology files and injected at run time
+
+
 class FaultKind(StrEnum):
     XID = "xid"  # value: the XID number
     ECC_DBE = "ecc-dbe"
@@ -239,6 +242,11 @@ class Driver:
     version: str  # nvmlSystemGetDriverVersion, e.g. "580.95.05"
     cuda_version: int  # nvmlSystemGetCudaDriverVersion_v2, e.g. 13000 for 13.0
     nvml_version: str  # nvmlSystemGetNVMLVersion, e.g. "13.580.95.05"
+
+
+# The state file keeps the topology name NUL-terminated in a char[64] (fgs_header.topology):
+# the loader counts UTF-8 bytes against it, so every valid topology renders.
+MAX_NAME_BYTES = 63
 
 
 @dataclass(frozen=True)

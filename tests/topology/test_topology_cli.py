@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from fakegpu.cli import main
+from fakegpu.topology.errors import MAX_LINES
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -68,3 +70,37 @@ def test_help_and_version_exit_0(argv: list[str]) -> None:
 
 def test_verbose_is_accepted_after_the_command() -> None:
     assert main(["topology", "validate", "-v", str(FIXTURES / "dgx-a100.yaml")]) == 0
+
+
+GOOD = "name: t\nnodes: [{name: a, gpus: {product: B200, count: 1}}]\n"
+
+
+@pytest.mark.timeout(60)
+def test_validate_refuses_a_fifo_without_waiting(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "topology.yaml"
+    os.mkfifo(fifo)  # no writer: opening it for reading used to block forever
+    assert main(["topology", "validate", str(fifo)]) == 2
+    assert capsys.readouterr().err == f"{fifo}: is a FIFO, expected a YAML file\n"
+
+
+def test_a_newline_in_a_file_name_stays_one_line(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "a\nb.yaml"
+    good.write_text(GOOD)
+    bad = tmp_path / "c\nd.yaml"
+    bad.write_text("name: [\n")
+    assert main(["topology", "validate", str(good), str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == f"{tmp_path}/a\\nb.yaml: ok (1 nodes, 1 GPUs)\n"
+    assert len(err.splitlines()) == 1 and err.startswith(f"{tmp_path}/c\\nd.yaml: ")
+
+
+def test_thousands_of_problems_print_a_bounded_count(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "keys.yaml"
+    bad.write_text(GOOD + "".join(f"k{i}: 1\n" for i in range(5000)))
+    assert main(["topology", "validate", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == MAX_LINES + 1
+    assert err[-1] == f"{bad}: ... and {5000 - MAX_LINES} more problems"
