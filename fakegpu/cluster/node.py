@@ -17,7 +17,6 @@ The render_* functions are pure (tested without a host); start_* functions act.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from fakegpu.cluster import nodeconfig
 from fakegpu.cluster.controlplane import BinaryPaths
 from fakegpu.cluster.process import (
     ProcessRecord,
@@ -274,89 +274,29 @@ def ensure_inotify(need: Mapping[str, int], sysctls: Path = INOTIFY_SYSCTLS) -> 
 # --- pure renderers ----------------------------------------------------------------------------
 
 
-def _toml_str(s: str) -> str:
-    return json.dumps(s)  # a JSON string is a valid TOML basic string
-
-
 def render_containerd_config(
     layout: NodeLayout, bins: NodeBinaries, pause_ref: str, runc: Path | None = None
 ) -> str:
-    """containerd 2.x config (version 3) confined to the node's directories.
-
-    ``runc`` replaces ``bins.runc`` (see ``write_runc_wrapper``).
-    """
+    """containerd 2.x config confined to the node's directories (nodeconfig renders it, as
+    for kind nodes). ``runc`` replaces ``bins.runc`` (the wrapper, see ``write_node_files``)."""
     d = layout.containerd_dir
-    return "\n".join([
-        "version = 3",
-        f"root = {_toml_str(str(d / 'root'))}",
-        f"state = {_toml_str(str(d / 'state'))}",
-        "",
-        "[grpc]",
-        f"  address = {_toml_str(str(layout.containerd_socket))}",
-        "",
-        "[ttrpc]",
-        f"  address = {_toml_str(str(layout.containerd_socket) + '.ttrpc')}",
-        "",
-        "[plugins]",
-        "  [plugins.'io.containerd.internal.v1.opt']",
-        f"    path = {_toml_str(str(d / 'opt'))}",
-        # NRI listens on a fixed host path (/var/run/nri/nri.sock): nodes would collide.
-        "  [plugins.'io.containerd.nri.v1.nri']",
-        "    disable = true",
-        "  [plugins.'io.containerd.cri.v1.images']",
-        "    snapshotter = 'overlayfs'",
-        "    [plugins.'io.containerd.cri.v1.images'.pinned_images]",
-        f"      sandbox = {_toml_str(pause_ref)}",
-        "  [plugins.'io.containerd.cri.v1.runtime']",
-        # CDI is always on in containerd 2.x; the spec dirs are the node's own.
-        f"    cdi_spec_dirs = [{_toml_str(str(layout.cdi_dir))}]",
-        # Keep network namespaces under the node's state dir, not the shared /var/run/netns.
-        "    netns_mounts_under_state_dir = true",
-        # Hosts whose capability bounding set lacks CAP_SYS_RESOURCE cannot lower
-        # oom_score_adj (the pause container asks for -998): clamp it to containerd's own.
-        "    restrict_oom_score_adj = true",
-        "    [plugins.'io.containerd.cri.v1.runtime'.containerd]",
-        "      default_runtime_name = 'runc'",
-        "      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]",
-        "        runtime_type = 'io.containerd.runc.v2'",
-        "        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]",
+    return nodeconfig.containerd_config(nodeconfig.Containerd(
+        pause_image=pause_ref, runc=str(runc or bins.runc),
         # No systemd on this host: cgroupfs, as the kubelet's cgroupDriver.
-        "          SystemdCgroup = false",
-        f"          BinaryName = {_toml_str(str(runc or bins.runc))}",
-        f"          Root = {_toml_str(str(d / 'runc'))}",
-        "    [plugins.'io.containerd.cri.v1.runtime'.cni]",
-        f"      bin_dirs = [{_toml_str(str(bins.cni_bin_dir))}]",
-        f"      conf_dir = {_toml_str(str(layout.cni_conf_dir))}",
-        "  [plugins.'io.containerd.grpc.v1.cri']",
-        "    stream_server_address = '127.0.0.1'",
-        "    stream_server_port = '0'",
-        "",
-    ])
+        systemd_cgroup=False,
+        cni_bin_dirs=(str(bins.cni_bin_dir),), cni_conf_dir=str(layout.cni_conf_dir),
+        # The node's own CDI dir: the plugin of this node writes there.
+        cdi_spec_dirs=(str(layout.cdi_dir),),
+        private=nodeconfig.Private(root=d / "root", state=d / "state",
+                                   socket=layout.containerd_socket, opt=d / "opt",
+                                   runc_root=d / "runc")))
 
 
 def render_cni_config(layout: NodeLayout) -> str:
-    """A bridge network per node. No ipMasq/portmap: the host has no iptables."""
-    conf = {
-        "cniVersion": "1.0.0",
-        "name": layout.cni_network,
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": layout.bridge,
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{"subnet": layout.pod_subnet}]],
-                    # Default route via the bridge: other nodes' pods and the host are routed.
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(layout.cni_ipam_dir),
-                },
-            }
-        ],
-    }
-    return json.dumps(conf, indent=2) + "\n"
+    """A bridge network per node, without masquerading: the host routes between the nodes'
+    bridges (and has no iptables to spare); IPAM state in the node's own directory."""
+    return nodeconfig.cni_conflist(layout.cni_network, layout.bridge, layout.pod_subnet,
+                                   masquerade=False, ipam_dir=layout.cni_ipam_dir)
 
 
 def render_kubelet_config(
@@ -420,8 +360,11 @@ def write_node_files(
               layout.cdi_dir, layout.kubelet_root, layout.plugin_state_dir, layout.log_dir,
               layout.pod_logs_dir, layout.nvml_state.parent, layout.device_plugins_dir):
         d.mkdir(parents=True, exist_ok=True)
-    runc = None if runc_has_seccomp(bins.runc) else write_runc_wrapper(
-        layout.root / "runc-wrapper", bins.runc)
+    # Through the runc wrapper where this host needs it (a runc without seccomp, capabilities
+    # missing from the bounding set): the one kind nodes and fakegpu's dockerd use.
+    seccomp = nodeconfig.seccomp_supported(bins.runc)
+    runc = write_runc_wrapper(layout.root / "runc-wrapper", bins.runc, seccomp=seccomp) \
+        if not seccomp or nodeconfig.missing_caps() else None
     layout.containerd_config.write_text(render_containerd_config(layout, bins, pause_ref, runc))
     (layout.cni_conf_dir / "10-fakegpu.conflist").write_text(render_cni_config(layout))
     layout.kubelet_config.write_text(kubelet_cfg)
@@ -429,48 +372,12 @@ def write_node_files(
     layout.resolv_conf.write_text("nameserver 127.0.0.1\noptions ndots:1\n")
 
 
-def runc_has_seccomp(runc: Path) -> bool:
-    """Whether this runc can apply seccomp profiles (``runc features`` lists linux.seccomp)."""
-    res = run([str(runc), "features"], timeout=30, check=False)
-    try:
-        return bool(json.loads(res.stdout).get("linux", {}).get("seccomp", {}).get("enabled"))
-    except ValueError:
-        return False
-
-
-_RUNC_WRAPPER = """#!{python} -S
-# Written by fakegpu. The kubelet asks for the RuntimeDefault seccomp profile on every pod
-# sandbox, and this runc was built without seccomp: drop the profile from the bundle, then run
-# the real runc with the same arguments.
-import json, os, sys
-REAL = {real!r}
-args = sys.argv[1:]
-for i, a in enumerate(args):
-    bundle = args[i + 1] if a in ("--bundle", "-b") and i + 1 < len(args) else (
-        a.split("=", 1)[1] if a.startswith("--bundle=") else None)
-    if bundle is None:
-        continue
-    path = os.path.join(bundle, "config.json")
-    try:
-        with open(path) as f:
-            spec = json.load(f)
-        if spec.get("linux", {{}}).pop("seccomp", None) is not None:
-            with open(path + ".fakegpu", "w") as f:
-                json.dump(spec, f)
-            os.replace(path + ".fakegpu", path)
-    except OSError:
-        pass
-    break
-os.execv(REAL, [REAL, *args])
-"""
-
-
-def write_runc_wrapper(path: Path, real: Path) -> Path:
-    """An executable that strips seccomp from OCI bundles, then execs ``real`` (the runc)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_RUNC_WRAPPER.format(python=sys.executable, real=str(real)))
-    path.chmod(0o755)
-    return path
+def write_runc_wrapper(path: Path, real: Path, *, seccomp: bool = False) -> Path:
+    """The runc wrapper in front of ``real`` for this node's containerd: it drops what this
+    host cannot grant (seccomp when ``seccomp`` is False, missing capabilities, a too-low
+    oomScoreAdj) from each spec, then execs ``real`` with the same arguments."""
+    return nodeconfig.install_wrapper(path, real, seccomp=seccomp,
+                                      python=f"{sys.executable} -S")
 
 
 # Log lines after which a node component never becomes ready although it keeps running:

@@ -12,12 +12,15 @@ and runc's init fails on a spec asking for that ("failed to update /proc/self/oo
 Permission denied"); the kubelet asks -998 for every pod sandbox. Such a request is raised to our
 own value, the lowest this process tree may set.
 
-dockerd (and containerd inside a kind node) calls this file exactly as it would call runc; it
-rewrites the spec in place and execs the real runc, whose path is baked in by fakegpu when it
-installs the file (``REAL_RUNC``) or given by $FAKEGPU_REAL_RUNC.
+dockerd, containerd inside a kind node and the containerd of every embedded node call this file
+exactly as they would call runc; it rewrites the spec in place and execs the real runc, whose
+path is baked in by fakegpu when it installs the file (``REAL_RUNC``, see
+``fakegpu.cluster.nodeconfig``) or given by $FAKEGPU_REAL_RUNC.
 
 Standalone on purpose (stdlib only, no fakegpu import): it runs under the system python3 of the
-host or of a node image, outside fakegpu's virtual environment.
+host or of a node image, outside fakegpu's virtual environment. For the same reason it keeps its
+own temp file and rename instead of fakegpu.fsutil: the spec is in the runtime's own bundle,
+which nothing else reads before runc.
 """
 
 from __future__ import annotations
@@ -143,10 +146,12 @@ def rewrite(path: str, whole_config: bool, drop: set[str], oom_floor: int | None
     with open(path) as f:
         doc = json.load(f)
     process = doc.get("process") if whole_config else doc
-    if not isinstance(process, dict):
-        return []
-    removed = strip_caps(process, drop)
-    clamped = oom_floor is not None and clamp_oom_score_adj(process, oom_floor)
+    removed: list[str] = []
+    clamped = False
+    if isinstance(process, dict):
+        removed = strip_caps(process, drop)
+        clamped = oom_floor is not None and clamp_oom_score_adj(process, oom_floor)
+    # A filter is dropped even from a config without a process object.
     unfiltered = whole_config and not seccomp and drop_seccomp(doc)
     if removed or clamped or unfiltered:
         tmp = f"{path}.fakegpu-tmp"

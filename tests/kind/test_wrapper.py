@@ -11,24 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cluster.kind import dockerhost, runtime_wrapper
+from fakegpu.cluster import nodeconfig, runc_wrapper
+from fakegpu.cluster.kind import dockerhost
 from fakegpu.errors import InvalidInput
 from fakegpu.node import entrypoint
 
 from .conftest import REPO
 
-ALL_CAPS = (1 << len(runtime_wrapper.CAP_NAMES)) - 1
+ALL_CAPS = (1 << len(runc_wrapper.CAP_NAMES)) - 1
 
 
 def test_unavailable_names_the_missing_bits() -> None:
     mask = ALL_CAPS & ~(1 << 24)  # CAP_SYS_RESOURCE is capability 24
-    assert runtime_wrapper.unavailable(mask) == {"CAP_SYS_RESOURCE"}
-    assert runtime_wrapper.unavailable(ALL_CAPS) == set()
+    assert runc_wrapper.unavailable(mask) == {"CAP_SYS_RESOURCE"}
+    assert runc_wrapper.unavailable(ALL_CAPS) == set()
 
 
 def test_bounding_set_is_read_from_status() -> None:
     status = "Name:\tx\nCapBnd:\t000001fffeffffff\nCapAmb:\t0\n"
-    assert runtime_wrapper.bounding_set(status) == 0x1FFFEFFFFFF
+    assert runc_wrapper.bounding_set(status) == 0x1FFFEFFFFFF
 
 
 @pytest.mark.parametrize(("argv", "want"), [
@@ -41,19 +42,19 @@ def test_bounding_set_is_read_from_status() -> None:
     (["delete", "--force", "id"], None),
 ])
 def test_spec_file_for_each_runc_call(argv: list[str], want: tuple[str, bool] | None) -> None:
-    assert runtime_wrapper.spec_file(argv) == want
+    assert runc_wrapper.spec_file(argv) == want
 
 
 def test_rewrite_strips_only_unavailable_caps(tmp_path: Path) -> None:
     caps = ["CAP_CHOWN", "CAP_SYS_RESOURCE", "CAP_SYS_ADMIN"]
     cfg = {"ociVersion": "1.0.2", "process": {"capabilities": {
-        k: list(caps) for k in runtime_wrapper.CAP_SETS}}, "root": {"path": "rootfs"}}
+        k: list(caps) for k in runc_wrapper.CAP_SETS}}, "root": {"path": "rootfs"}}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    removed = runtime_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"})
+    removed = runc_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"})
     assert removed == ["CAP_SYS_RESOURCE"]
     after = json.loads(path.read_text())
-    for k in runtime_wrapper.CAP_SETS:
+    for k in runc_wrapper.CAP_SETS:
         assert after["process"]["capabilities"][k] == ["CAP_CHOWN", "CAP_SYS_ADMIN"]
     assert after["root"] == cfg["root"]
 
@@ -65,10 +66,10 @@ def test_installed_wrapper_execs_the_real_runtime_with_a_rewritten_spec(tmp_path
                     "print(json.dumps({'argv': sys.argv[1:], "
                     "'caps': json.load(open(sys.argv[-1]))['capabilities']['bounding']}))\n")
     fake.chmod(0o755)
-    wrapper = dockerhost.install_wrapper(tmp_path / "fakegpu-runc", fake)
+    wrapper = nodeconfig.install_wrapper(tmp_path / "fakegpu-runc", fake)
     proc = tmp_path / "process.json"
-    missing = sorted(runtime_wrapper.unavailable(
-        runtime_wrapper.bounding_set(Path("/proc/self/status").read_text())))
+    missing = sorted(runc_wrapper.unavailable(
+        runc_wrapper.bounding_set(Path("/proc/self/status").read_text())))
     proc.write_text(json.dumps({"capabilities": {"bounding": ["CAP_KILL", *missing]}}))
     out = subprocess.run([str(wrapper), "exec", "--process", str(proc), str(proc)],
                          capture_output=True, text=True, check=True, env=dict(os.environ))
@@ -104,10 +105,10 @@ def test_entrypoint_renders_the_named_nodes_state(tmp_path: Path) -> None:
 def test_oom_score_adj_below_the_floor_is_raised(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"process": {"oomScoreAdj": -998, "capabilities": {}}}))
-    runtime_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"}, oom_floor=-500)
+    runc_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"}, oom_floor=-500)
     assert json.loads(path.read_text())["process"]["oomScoreAdj"] == -500
     path.write_text(json.dumps({"process": {"oomScoreAdj": 100}}))
-    runtime_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"}, oom_floor=-500)
+    runc_wrapper.rewrite(str(path), True, {"CAP_SYS_RESOURCE"}, oom_floor=-500)
     assert json.loads(path.read_text())["process"]["oomScoreAdj"] == 100  # above: untouched
 
 
@@ -115,9 +116,9 @@ def test_seccomp_is_dropped_only_for_a_runc_without_it(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     cfg = {"process": {}, "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}}}
     path.write_text(json.dumps(cfg))
-    runtime_wrapper.rewrite(str(path), True, set(), seccomp=True)
+    runc_wrapper.rewrite(str(path), True, set(), seccomp=True)
     assert "seccomp" in json.loads(path.read_text())["linux"]
-    runtime_wrapper.rewrite(str(path), True, set(), seccomp=False)
+    runc_wrapper.rewrite(str(path), True, set(), seccomp=False)
     assert "seccomp" not in json.loads(path.read_text())["linux"]
 
 
@@ -135,4 +136,4 @@ def test_seccomp_support_is_read_from_runc_features() -> None:
         # A runc linked with libseccomp names its version in `runc --version`.
         version = subprocess.run([str(runc), "--version"], capture_output=True, text=True,
                                  check=True).stdout
-        assert dockerhost.seccomp_supported(runc) is ("libseccomp" in version), runc
+        assert nodeconfig.seccomp_supported(runc) is ("libseccomp" in version), runc

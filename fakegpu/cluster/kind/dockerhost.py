@@ -3,10 +3,11 @@
 Policy (never surprising a user): a Docker that already answers is used exactly as it is, and
 only checked; fakegpu changes nothing about it. When none answers, fakegpu (as root) installs
 Debian's ``docker.io`` if ``dockerd`` is missing and starts its own dockerd with a config of its
-own (under ``paths.cache_dir()/docker``), registering ``runtime_wrapper.py`` as the default
-runtime when this host's capability bounding set lacks capabilities a privileged container asks
-for (see that file). That dockerd keeps running after fakegpu exits (kind clusters live in it);
-``stop_own_dockerd`` stops it again, and only it.
+own (under ``paths.cache_dir()/docker``), registering the runc wrapper
+(``fakegpu/cluster/runc_wrapper.py``) as the default runtime when this host's capability
+bounding set lacks capabilities a privileged container asks for (see that file). That dockerd
+keeps running after fakegpu exits (kind clusters live in it); ``stop_own_dockerd`` stops it
+again, and only it.
 """
 
 from __future__ import annotations
@@ -15,17 +16,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
 
 from fakegpu import fsutil, hostpkgs, paths
-from fakegpu.cluster import process
-from fakegpu.cluster.kind import runtime_wrapper
-from fakegpu.errors import FakegpuError, MissingPrerequisite
+from fakegpu.cluster import nodeconfig, process
+from fakegpu.errors import MissingPrerequisite
 
 WRAPPER_RUNTIME = "fakegpu-runc"
 DOCKER_PACKAGES = ("docker.io",)
@@ -42,12 +40,6 @@ class DockerHost:
 
 def state_dir() -> Path:
     return paths.cache_dir() / "docker"
-
-
-def missing_caps() -> set[str]:
-    """Capabilities a privileged container asks for that this host cannot grant."""
-    status = Path("/proc/self/status").read_text()
-    return runtime_wrapper.unavailable(runtime_wrapper.bounding_set(status))
 
 
 def docker_client() -> Path | None:
@@ -75,42 +67,6 @@ def unavailable_reason() -> str | None:
     if shutil.which("dockerd") is None and shutil.which("apt-get") is None:
         return "no Docker daemon answers, dockerd is not installed and there is no apt-get"
     return None
-
-
-def seccomp_supported(runc: Path) -> bool:
-    """Whether ``runc`` was built with seccomp (``runc features``: linux.seccomp.enabled)."""
-    try:
-        out = subprocess.run([str(runc), "features"], capture_output=True, text=True,
-                             timeout=30, check=False)
-        seccomp = json.loads(out.stdout).get("linux", {}).get("seccomp") or {}
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return True  # an old runc without `features` (Debian's 1.1 has both): leave filters be
-    return bool(seccomp.get("enabled"))
-
-
-def wrapper_text(real_runc: str, *, seccomp: bool, python: str = "/usr/bin/python3") -> str:
-    """The wrapper's source with the real runc and its seccomp support baked in."""
-    source = resources.files("fakegpu.cluster.kind").joinpath("runtime_wrapper.py").read_text()
-    replacements = {
-        'REAL_RUNC = "/usr/sbin/runc"  # replaced at install time':
-            f"REAL_RUNC = {real_runc!r}",
-        "SECCOMP_SUPPORTED = True  # replaced at install time":
-            f"SECCOMP_SUPPORTED = {seccomp!r}",
-        "#!/usr/bin/python3": f"#!{python}",
-    }
-    for marker, value in replacements.items():
-        if marker not in source:
-            raise FakegpuError(f"runtime_wrapper.py lost its line {marker!r}")
-        source = source.replace(marker, value, 1)
-    return source
-
-
-def install_wrapper(dest: Path, real_runc: Path) -> Path:
-    """Write the runtime wrapper, with the real runc baked in, as an executable file."""
-    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-    text = wrapper_text(str(real_runc), seccomp=seccomp_supported(real_runc), python=python)
-    # Atomic: dockerd may be exec'ing the old wrapper right now.
-    return fsutil.atomic_write(dest, text, mode=0o755)
 
 
 def daemon_config(wrapper: Path | None) -> dict[str, object]:
@@ -144,10 +100,10 @@ def ensure(console: Console | None = None) -> DockerHost:
     if docker is None or dockerd is None:
         raise MissingPrerequisite("docker/dockerd are still missing after installing docker.io")
     wrapper = None
-    if missing_caps():
+    if nodeconfig.missing_caps():
         if runc is None:
             raise MissingPrerequisite("runc is not installed (Debian package runc)")
-        wrapper = install_wrapper(state_dir() / WRAPPER_RUNTIME, Path(runc))
+        wrapper = nodeconfig.install_wrapper(state_dir() / WRAPPER_RUNTIME, Path(runc))
     cfg = state_dir() / "daemon.json"
     fsutil.atomic_write(cfg, json.dumps(daemon_config(wrapper), indent=2) + "\n")
     console.print(f"starting dockerd (config {cfg}, log {state_dir() / 'dockerd.log'})")

@@ -15,6 +15,8 @@ here); they honour the contract kind's ``create`` relies on:
 
 from __future__ import annotations
 
+from fakegpu.cluster import nodeconfig
+
 WRAPPER_PATH = "/usr/local/bin/fakegpu-runc"
 REAL_RUNC_PATH = "/usr/local/sbin/runc"
 
@@ -155,36 +157,15 @@ volumeBindingMode: WaitForFirstConsumer
 
 
 def containerd_config(pause_image: str) -> str:
-    """containerd 2.x (config version 3): CDI on, runc through the capability wrapper."""
-    rt = "plugins.'io.containerd.cri.v1.runtime'"
-    return f"""\
-version = 3
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  # Nothing can be pulled: the sandbox image is preloaded and must never be garbage collected.
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "{pause_image}"
-
-[{rt}]
-  enable_cdi = true
-  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-
-[{rt}.containerd]
-  default_runtime_name = "runc"
-
-[{rt}.containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[{rt}.containerd.runtimes.runc.options]
-  # Privileged pods ask for capabilities this host's bounding set may lack (see the wrapper).
-  BinaryName = "{WRAPPER_PATH}"
-  SystemdCgroup = true
-
-[plugins.'io.containerd.cri.v1.runtime'.cni]
-  bin_dirs = ["/opt/cni/bin"]
-  conf_dir = "/etc/cni/net.d"
-"""
+    """containerd 2.x in a node image: CDI on, runc through the wrapper (nodeconfig renders it,
+    as for embedded nodes). SystemdCgroup is true as rendered; on a cgroup v1 host ENTRYPOINT
+    switches it off before containerd starts."""
+    return nodeconfig.containerd_config(nodeconfig.Containerd(
+        pause_image=pause_image,
+        # Privileged pods ask for capabilities this host's bounding set may lack.
+        runc=WRAPPER_PATH, systemd_cgroup=True,
+        cni_bin_dirs=("/opt/cni/bin",), cni_conf_dir="/etc/cni/net.d",
+        cdi_spec_dirs=("/etc/cdi", "/var/run/cdi")))
 
 
 def cni_conflist(pod_cidr: str) -> str:
@@ -193,16 +174,4 @@ def cni_conflist(pod_cidr: str) -> str:
     Routes to the other nodes' podCIDRs are added on each node by the provider (kindnetd's job
     in stock kind; its image cannot be pulled here).
     """
-    import json
-
-    return json.dumps({
-        "cniVersion": "1.0.0",
-        "name": "fakegpu",
-        "plugins": [
-            {"type": "bridge", "bridge": "fgk0", "isGateway": True, "ipMasq": True,
-             "hairpinMode": True,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]],
-                      "routes": [{"dst": "0.0.0.0/0"}]}},
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-        ],
-    }, indent=2) + "\n"
+    return nodeconfig.cni_conflist("fakegpu", "fgk0", pod_cidr, masquerade=True)

@@ -33,8 +33,8 @@ from pathlib import Path
 from rich.console import Console
 
 from fakegpu import paths
-from fakegpu.cluster import binaries, images, oci
-from fakegpu.cluster.kind import dockerhost, nodefiles, rootfs, tools
+from fakegpu.cluster import binaries, images, nodeconfig, oci
+from fakegpu.cluster.kind import nodefiles, rootfs, tools
 from fakegpu.cluster.process import CommandError, run
 from fakegpu.errors import FakegpuError
 from fakegpu.fsutil import atomic_write
@@ -130,8 +130,8 @@ def _stat(path: Path) -> list[int]:
 def node_files(version: str, bins: binaries.Binaries, node_bin: Path, pause: str) -> bytes:
     """A tar of everything the node image adds to the Debian rootfs."""
     # The same runc binary runs here and in the node: ask it here what it supports.
-    wrapper = dockerhost.wrapper_text(nodefiles.REAL_RUNC_PATH,
-                                      seccomp=dockerhost.seccomp_supported(bins.runc))
+    wrapper = nodeconfig.wrapper_text(nodefiles.REAL_RUNC_PATH,
+                                      seccomp=nodeconfig.seccomp_supported(bins.runc))
     entries = [
         oci.file("usr/local/bin/entrypoint", nodefiles.ENTRYPOINT.encode(), 0o755),
         oci.file(nodefiles.WRAPPER_PATH.lstrip("/"), wrapper.encode(), 0o755),
