@@ -29,7 +29,7 @@ from fakegpu.testkit import prereq
 if TYPE_CHECKING:
     from kubernetes import client as kclient
 
-    from fakegpu.cluster.provider import ClusterInfo, Provider
+    from fakegpu.cluster.provider import ClusterInfo, Clusters
     from fakegpu.testkit.dra import ResourceApi
     from fakegpu.topology.model import Topology
 
@@ -37,7 +37,6 @@ E2E_MARKER = "e2e"
 MARKER_HELP = "e2e: end-to-end tests against a real Kubernetes cluster (fakegpu cluster)"
 DEFAULT_CLUSTER_NAME = "fakegpu-e2e"
 REPORTS_SUBDIR = Path("reports") / "fakegpu-e2e"
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 
 
 # --- options --------------------------------------------------------------------------------------
@@ -75,10 +74,13 @@ class Options:
             if not topology.is_file():
                 raise pytest.UsageError(f"--topology: {given}: no such file")
         name = str(config.getoption("cluster_name"))
-        if not _NAME_RE.match(name):
-            raise pytest.UsageError(
-                f"--cluster-name: {name!r} must be 1-40 lower-case letters, digits and '-', "
-                "starting and ending with a letter or digit")
+        from fakegpu.cluster.names import RULE, validate_name
+        from fakegpu.errors import InvalidInput
+
+        try:
+            validate_name(name)  # the providers' own rule: a name they refuse fails here
+        except InvalidInput:
+            raise pytest.UsageError(f"--cluster-name: {name!r} must be {RULE}") from None
         return cls(provider=provider, k8s_version=None if version is None else str(version),
                    topology=topology, keep_cluster=bool(config.getoption("keep_cluster")),
                    cluster_name=name, reports_dir=config.rootpath / REPORTS_SUBDIR)
@@ -148,7 +150,7 @@ class E2ESession:
         self.config = config
         self.options = options
         self.outcome: Outcome | None = None
-        self.provider: Provider | None = None
+        self.provider: Clusters | None = None
         self.e2e_collected = 0
         self.teardown_error: str | None = None
 

@@ -491,3 +491,14 @@ def test_failing_e2e_test_gets_logs_events_and_pods(pytester: pytest.Pytester,
     tree = ET.parse(pytester.path / "junit.xml")
     props = {p.get("name"): p.get("value") for p in tree.iter("property")}
     assert props == {"fakegpu_diagnostics": str(out)}
+
+
+def test_cluster_name_the_providers_refuse_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    # 21 characters: once accepted here (up to 40) and then refused by every provider at
+    # bring-up, failing each e2e test; one rule (fakegpu.cluster.names) now decides both.
+    result = pytester.runpytest("--cluster-name", "a" * 21)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--cluster-name: '{'a' * 21}' must be 1-20 lowercase*"])
+    pytester.makepyfile(UNIT_TEST)
+    ok = pytester.runpytest("--cluster-name", "a" * 20)
+    ok.assert_outcomes(passed=1)

@@ -8,14 +8,18 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from fakegpu.cluster.names import validate_name
 from fakegpu.errors import EXIT_FAILED, FakegpuError
 from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
 from . import add_verbose, show_help
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.provider import ClusterInfo, Clusters
 
 DEFAULT_NAME = "fakegpu"
 DEMO_POD = "fakegpu-demo"
@@ -30,7 +34,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmds = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
 
     def name_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--name", default=DEFAULT_NAME, help="cluster name (default: %(default)s)")
+        p.add_argument("--name", default=DEFAULT_NAME, type=_cluster_name,
+                       help="cluster name (default: %(default)s)")
         p.add_argument("--provider", choices=("embedded", "kind"), default="embedded",
                        help="embedded: host processes; kind: Docker containers "
                             "(default: %(default)s)")
@@ -89,6 +94,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.set_defaults(func=_demo)
 
 
+def _cluster_name(text: str) -> str:
+    """argparse type: the one cluster-name rule (a bad name exits 2 with the rule)."""
+    from fakegpu.errors import InvalidInput
+
+    try:
+        return validate_name(text)
+    except InvalidInput as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _add_binaries_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # `fakegpu cluster binaries ...` belongs to the binaries concern; absent until it lands.
     try:
@@ -102,22 +117,18 @@ def _console() -> Console:
     return Console(stderr=True)
 
 
-def _provider(args: argparse.Namespace, console: Console, **kw: Any) -> Any:
-    from fakegpu.cluster.embedded import EmbeddedProvider
-    from fakegpu.cluster.process import WaitPolicy
+def _provider(args: argparse.Namespace, console: Console, *, retain: bool = False
+              ) -> Clusters:
+    from fakegpu.cluster import get_provider
 
-    timeout = float(getattr(args, "timeout", 180.0))
-    if getattr(args, "provider", "embedded") == "kind":
-        from fakegpu.cluster.kind.provider import KindProvider
-
-        return KindProvider(console, policy=WaitPolicy(timeout=max(timeout, 300.0)), **kw)
-    return EmbeddedProvider(console, policy=WaitPolicy(timeout=timeout), **kw)
+    return get_provider(getattr(args, "provider", "embedded"), console=console,
+                        timeout=float(getattr(args, "timeout", 180.0)), retain=retain)
 
 
 def _up(args: argparse.Namespace) -> int:
     console = _console()
     topology = args.topology or default_topology()
-    provider = _provider(args, console, retain_on_failure=args.retain)
+    provider = _provider(args, console, retain=args.retain)
     start = time.monotonic()
     info = provider.up(args.name, topology, args.k8s_version)
     console.print(f"[bold green]cluster {info.name!r} is ready[/] "
@@ -236,7 +247,7 @@ spec:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from fakegpu.cluster import embedded, featuregates
+    from fakegpu.cluster import binaries
 
     console = _console()
     provider = _provider(args, console)
@@ -251,30 +262,16 @@ def _demo(args: argparse.Namespace) -> int:
     info = provider.status(name)
     if info is None:
         raise FakegpuError(f"cluster {name!r} vanished while the demo ran")
-    st = embedded.ClusterState.load(embedded.clusters_dir() / name)
-    bins = embedded.cached_binaries(st.k8s_version)
-    if bins is None:
-        raise FakegpuError("the cluster's binaries are not cached any more")
-    api = embedded.resourceslice_api(featuregates.parse_minor(st.k8s_version))
-    device_class = "gpu.fakegpu.dev" if st.driver == embedded.DEFAULT_DRIVER else st.driver
-    manifest = demo_manifest(st.workload_image, device_class, api)
     with console.status("running a pod that claims one GPU ..."):
-        embedded.kubectl(st, bins, ["apply", "-f", "-"], input_text=manifest)
-        res = embedded.kubectl(st, bins, ["wait", "--for=condition=Ready", f"pod/{DEMO_POD}",
-                                          "--timeout=180s"], check=False, timeout=200)
-        if res.returncode != 0:
-            described = embedded.kubectl(st, bins, ["describe", "pod", DEMO_POD], check=False)
-            tail = "\n".join(described.stdout.splitlines()[-15:])
-            raise FakegpuError(f"the demo pod did not become Ready: {res.stderr.strip()}\n{tail}")
-    log = embedded.kubectl(st, bins, ["logs", DEMO_POD], check=False).stdout.strip()
-    node = embedded.kubectl(st, bins, ["get", "pod", DEMO_POD, "-o",
-                                       "jsonpath={.spec.nodeName}"], check=False).stdout
+        node, log = _run_demo_pod(info)
     console.print(f"[bold green]pod {DEMO_POD} runs on node {node} with one fake GPU:[/] {log}",
                   soft_wrap=True)
     console.print("\nTry it:")
     console.print(f"  export KUBECONFIG={info.kubeconfig}")
-    # The cluster's own kubectl matches its version; a fresh host may have none on PATH.
-    console.print(f"  export PATH={bins.kubectl.parent}:$PATH")
+    bins = binaries.cached(info.k8s_version)
+    if bins is not None:
+        # The cluster's own kubectl matches its version; a fresh host may have none on PATH.
+        console.print(f"  export PATH={bins.kubectl.parent}:$PATH")
     console.print("  kubectl get nodes")
     console.print("  kubectl get resourceslices")
     console.print(f"  kubectl get resourceclaims; kubectl logs {DEMO_POD}")
@@ -283,7 +280,49 @@ def _demo(args: argparse.Namespace) -> int:
     console.print(f"  fakegpu smi --state {state}   # that node's GPUs, as NVML reports them",
                   soft_wrap=True)
     down = "fakegpu cluster down" + ("" if name == DEFAULT_NAME else f" --name {name}")
+    if info.provider != "embedded":
+        down += f" --provider {info.provider}"
     console.print(f"  {down}   # remove everything")
     if "NVIDIA_VISIBLE_DEVICES=" not in log:
         raise FakegpuError(f"the demo pod's output lacks NVIDIA_VISIBLE_DEVICES: {log!r}")
     return 0
+
+
+def _run_demo_pod(info: ClusterInfo, timeout: float = 180.0) -> tuple[str, str]:
+    """Apply the demo claim template and pod, wait until it runs; its node and output."""
+    import yaml
+
+    from fakegpu.kube import api as kubeapi
+    from fakegpu.wait import NotYet, WaitTimeout, wait_for
+
+    with kubeapi.session(info.kubeconfig) as api:
+        manifest = demo_manifest(info.workload_image, info.driver_name,
+                                 kubeapi.resource_version(api))
+        kubeapi.apply(api, list(yaml.safe_load_all(manifest)))
+
+        def running() -> dict[str, Any]:
+            pod: dict[str, Any] = kubeapi.get_json(
+                api, f"/api/v1/namespaces/default/pods/{DEMO_POD}")
+            status = pod.get("status", {})
+            if any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in status.get("conditions") or []):
+                return pod
+            raise NotYet(_pod_state(status))
+
+        try:
+            pod = wait_for(running, what=f"pod {DEMO_POD} to be Ready", timeout=timeout,
+                           interval=1.0, transient=kubeapi.ERRORS)
+        except WaitTimeout as err:
+            raise FakegpuError(f"the demo pod did not become Ready: {err}") from None
+        return str(pod["spec"]["nodeName"]), kubeapi.pod_log(api, "default", DEMO_POD).strip()
+
+
+def _pod_state(status: dict[str, Any]) -> str:
+    """A pod's phase, its false conditions and waiting containers, on one line."""
+    parts = [f"phase={status.get('phase')}"]
+    parts += [f"{c.get('type')}={c.get('status')} ({c.get('reason')}: {c.get('message')})"
+              for c in status.get("conditions") or [] if c.get("status") != "True"]
+    parts += [f"{cs.get('name')} waiting {w.get('reason')}: {w.get('message')}"
+              for cs in status.get("containerStatuses") or []
+              if (w := (cs.get("state") or {}).get("waiting"))]
+    return "; ".join(parts)

@@ -1,24 +1,46 @@
-"""Cluster providers: real Kubernetes clusters for the DRA test kit."""
+"""Cluster providers: real Kubernetes clusters for the DRA test kit.
+
+``get_provider(name)`` gives a provider with the one create/delete flow above it
+(``lifecycle.Lifecycle``): what the CLI, ``fakegpu demo`` and the pytest plugin use.
+"""
 
 from __future__ import annotations
 
-from fakegpu.cluster.provider import ClusterInfo, NodeInfo, Provider
+from typing import TYPE_CHECKING
+
+from fakegpu.cluster.provider import ClusterInfo, Clusters, NodeInfo, Provider
 from fakegpu.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fakegpu.cluster.lifecycle import Lifecycle
 
 PROVIDERS = ("embedded", "kind")
 
 
-def get_provider(name: str = "embedded") -> Provider:
-    """The provider called ``name``; its module is imported only when asked for."""
+def get_provider(name: str = "embedded", *, console: Console | None = None,
+                 timeout: float | None = None, retain: bool = False) -> Lifecycle:
+    """The provider called ``name`` under the lifecycle; its module is imported only when
+    asked for. ``timeout`` limits each readiness wait (kind waits at least 300 s: its nodes
+    pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed."""
+    from fakegpu.cluster.lifecycle import Lifecycle
+    from fakegpu.cluster.process import WaitPolicy
+
+    provider: Provider
     if name == "embedded":
         from fakegpu.cluster.embedded import EmbeddedProvider
 
-        return EmbeddedProvider()
-    if name == "kind":
+        policy = WaitPolicy(timeout=timeout) if timeout is not None else None
+        provider = EmbeddedProvider(console, policy=policy)
+    elif name == "kind":
         from fakegpu.cluster.kind.provider import KindProvider
 
-        return KindProvider()
-    raise InvalidInput(f"unknown cluster provider {name!r} (known: {', '.join(PROVIDERS)})")
+        policy = WaitPolicy(timeout=max(timeout, 300.0)) if timeout is not None else None
+        provider = KindProvider(console, policy=policy)
+    else:
+        raise InvalidInput(f"unknown cluster provider {name!r} (known: {', '.join(PROVIDERS)})")
+    return Lifecycle(provider, console, retain=retain)
 
 
-__all__ = ["ClusterInfo", "NodeInfo", "Provider", "get_provider"]
+__all__ = ["ClusterInfo", "Clusters", "NodeInfo", "Provider", "get_provider"]

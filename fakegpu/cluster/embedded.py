@@ -18,12 +18,8 @@ import json
 import os
 import re
 import shutil
-import ssl
 import subprocess
-import tempfile
-import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,10 +27,11 @@ from typing import Any
 
 from rich.console import Console
 
-from fakegpu.cluster import cleanup, featuregates, images
+from fakegpu.cluster import cleanup, images
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
 from fakegpu.cluster.kubeconfig import write_kubeconfig
+from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.node import NodeBinaries, NodeLayout
 from fakegpu.cluster.pki import CertificateAuthority, CertPair
 from fakegpu.cluster.process import (
@@ -48,11 +45,11 @@ from fakegpu.cluster.process import (
     terminate,
     wait_until,
 )
-from fakegpu.cluster.provider import ClusterInfo, NodeInfo
+from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
+from fakegpu.kube import api as kubeapi
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
-from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
 CLUSTERS_ENV = "FAKEGPU_CLUSTERS_DIR"
@@ -63,20 +60,11 @@ MAX_SLOTS = 50
 # Rough resident memory per component, measured on this kind of host; generous on purpose.
 MEM_CONTROL_PLANE_MIB = 1200
 MEM_PER_NODE_MIB = 400
-_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?$")
 
 
 def clusters_dir() -> Path:
     """Where clusters live; read at call time (tests point it elsewhere)."""
     return Path(os.environ.get(CLUSTERS_ENV) or "/var/lib/fakegpu")
-
-
-def validate_name(name: str) -> None:
-    if not _NAME_RE.match(name):
-        raise InvalidInput(
-            f"cluster name {name!r}: use 1-20 lowercase letters, digits or '-' "
-            "(it becomes part of paths, cgroups and interface names)"
-        )
 
 
 def slot_network(slot: int) -> tuple[str, str]:
@@ -106,10 +94,6 @@ def mem_available_mib(meminfo: str) -> int | None:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) // 1024
     return None
-
-
-def resourceslice_api(minor: int) -> str:
-    return "v1" if minor >= 34 else "v1beta1"
 
 
 # --- state -------------------------------------------------------------------------------------
@@ -180,48 +164,50 @@ class ClusterState:
 
     @classmethod
     def load(cls, root: Path) -> ClusterState:
-        doc = json.loads((root / "state.json").read_text())
-        if doc.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {doc.get('version')!r}")
-        return cls(
-            name=doc["name"], root=root, k8s_version=doc["k8s_version"],
-            topology=doc["topology"], driver=doc["driver"],
-            workload_image=doc["workload_image"], pause_image=doc["pause_image"],
-            slot=int(doc["slot"]), phase=doc["phase"], server=doc["server"],
-            nodes=[NodeState(**n) for n in doc["nodes"]],
-            processes={k: ProcessRecord.from_json(v) for k, v in doc["processes"].items()},
-            interfaces=list(doc["interfaces"]), cgroups=list(doc["cgroups"]),
-            firewall=[list(r) for r in doc.get("firewall", [])],
-        )
+        """The state in ``root``; FileNotFoundError when there is none, StateError (naming
+        the file) when it cannot be read as a cluster state of this fakegpu."""
+        path = root / "state.json"
+        text = path.read_text()
+        try:
+            doc = json.loads(text)
+            if doc.get("version") != STATE_VERSION:
+                raise ValueError(f"state version {doc.get('version')!r}, expected "
+                                 f"{STATE_VERSION}")
+            return cls(
+                name=doc["name"], root=root, k8s_version=doc["k8s_version"],
+                topology=doc["topology"], driver=doc["driver"],
+                workload_image=doc["workload_image"], pause_image=doc["pause_image"],
+                slot=int(doc["slot"]), phase=doc["phase"], server=doc["server"],
+                nodes=[NodeState(**n) for n in doc["nodes"]],
+                processes={k: ProcessRecord.from_json(v) for k, v in doc["processes"].items()},
+                interfaces=list(doc["interfaces"]), cgroups=list(doc["cgroups"]),
+                firewall=[list(r) for r in doc.get("firewall", [])],
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise StateError(path, err) from err
 
 
-# --- talking to the apiserver --------------------------------------------------------------------
+class StateError(FakegpuError):
+    """A cluster's state.json is unreadable (corrupt, truncated, another version)."""
+
+    def __init__(self, path: Path, err: Exception) -> None:
+        self.path = path
+        what = f"{type(err).__name__}: {err}" if isinstance(err, KeyError) else str(err)
+        super().__init__(f"{path}: not a readable fakegpu cluster state ({what}); remove that "
+                         f"cluster with `fakegpu cluster down --name {path.parent.name}`")
 
 
-def _admin_context(cp_dir: Path) -> ssl.SSLContext:
-    pki = cp_dir / "pki"
-    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    return ctx
-
-
-def api_get(st: ClusterState, path: str, timeout: float = 10.0) -> Any:
-    req = urllib.request.Request(f"{st.server}{path}", headers={"Accept": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout, context=_admin_context(st.cp_dir)) as r:
-        return json.loads(r.read())
+# --- talking to the apiserver (fakegpu.kube.api, as admin) ---------------------------------------
 
 
 def node_ready(st: ClusterState, name: str) -> bool:
-    obj = api_get(st, f"/api/v1/nodes/{name}")
-    conds = obj.get("status", {}).get("conditions", [])
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    with kubeapi.session(st.kubeconfig) as api:
+        return kubeapi.node_ready(api, name)
 
 
 def node_slices(st: ClusterState, name: str) -> list[dict[str, Any]]:
-    api = resourceslice_api(featuregates.parse_minor(st.k8s_version))
-    obj = api_get(st, f"/apis/resource.k8s.io/{api}/resourceslices"
-                      f"?fieldSelector=spec.nodeName%3D{name}")
-    return [s for s in obj.get("items", []) if s.get("spec", {}).get("driver") == st.driver]
+    with kubeapi.session(st.kubeconfig) as api:
+        return kubeapi.resource_slices(api, driver=st.driver, node=name)
 
 
 # --- other concerns, loaded when used ------------------------------------------------------------
@@ -243,20 +229,6 @@ def _render_nvml(topology: Topology, node: str, path: Path) -> dict[str, str]:
 # --- the provider --------------------------------------------------------------------------------
 
 
-class Steps:
-    """Progress lines on the console: one per step, with its duration."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-
-    @contextlib.contextmanager
-    def step(self, text: str) -> Iterator[None]:
-        start = time.monotonic()
-        with self.console.status(f"{text} ..."):
-            yield
-        self.console.print(f"[green]✓[/] {text} [dim]({time.monotonic() - start:.1f}s)[/]")
-
-
 class EmbeddedProvider:
     name = "embedded"
 
@@ -265,69 +237,22 @@ class EmbeddedProvider:
         console: Console | None = None,
         *,
         policy: WaitPolicy | None = None,
-        retain_on_failure: bool = False,
         driver: str = DEFAULT_DRIVER,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.policy = policy or WaitPolicy(timeout=180.0, interval=0.5)
-        self.retain_on_failure = retain_on_failure
         self.driver = driver
 
-    # --- protocol: up -----------------------------------------------------------------------
+    # --- protocol: exists / check_host / provision ----------------------------------------------
 
-    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
-        validate_name(name)
-        root = clusters_dir() / name
-        if root.exists():
-            raise InvalidInput(
-                f"cluster {name!r} already exists (or is left over) at {root}: "
-                f"run `fakegpu cluster down --name {name}` first"
-            )
-        topo = self._load(topology)
-        self._check_host(name, root, len(topo.nodes))
-        steps = Steps(self.console)
-        with steps.step("Kubernetes binaries"):
-            bins = _binaries(k8s_version, self.console)
-        with steps.step("container images"):
-            imgs = images.ensure_images(console=self.console)
-        st = ClusterState(name=name, root=root, k8s_version=bins.k8s_version,
-                          topology=str(topology.resolve()), driver=self.driver,
-                          workload_image=imgs.workload_ref, pause_image=imgs.pause_ref)
-        st.nodes = [NodeState(n.name, i, bool(n.gpus)) for i, n in enumerate(topo.nodes)]
-        try:
-            st.save()  # from here on, `down` knows this cluster
-            self._create(st, bins, imgs, topo, steps)
-        except BaseException as err:
-            st.phase = "failed"
-            with contextlib.suppress(Exception):
-                st.save()
-            if self.retain_on_failure:
-                self.console.print(f"[yellow]keeping the failed cluster in {root} "
-                                   f"(--retain); remove it with `fakegpu cluster down "
-                                   f"--name {name}`[/]")
-            else:
-                # The cluster dir goes away with `down`: keep its logs for the post-mortem.
-                with contextlib.suppress(Exception):
-                    saved = Path(tempfile.mkdtemp(prefix=f"fakegpu-{name}-failed-"))
-                    self.logs(name, saved)
-                    self.console.print(f"[yellow]logs of the failed cluster: {saved}[/]")
-                self.console.print("[yellow]cleaning up after the failure ...[/]")
-                with contextlib.suppress(Exception):
-                    self.down(name)
-            if isinstance(err, FakegpuError | KeyboardInterrupt):
-                raise
-            raise FakegpuError(f"cluster up failed: {err}") from err
-        info = self.status(name)
-        assert info is not None
-        return info
+    def exists(self, name: str) -> bool:
+        return (clusters_dir() / validate_name(name)).exists()
 
-    def _load(self, topology: Path) -> Topology:
-        if not topology.is_file():
-            raise InvalidInput(f"topology file not found: {topology}")
-        topo = load_topology(topology)
-        if not topo.nodes:
-            raise InvalidInput(f"{topology}: the topology has no nodes")
-        return topo
+    def check_host(self, spec: ClusterSpec) -> None:
+        self._check_host(spec.name, clusters_dir() / spec.name, len(spec.topology.nodes))
+
+    def provision(self, spec: ClusterSpec) -> _Bringup:
+        return _Bringup(self, spec)
 
     def _check_host(self, name: str, root: Path, nodes: int) -> None:
         if os.geteuid() != 0:
@@ -367,7 +292,9 @@ class EmbeddedProvider:
         base = clusters_dir()
         if base.is_dir():
             for d in base.iterdir():
-                with contextlib.suppress(Exception):
+                # A corrupt state of another cluster must not make its slot look free: that
+                # is a StateError naming the file. A directory without one holds no slot yet.
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     used_slots.add(ClusterState.load(d).slot)
         for slot in range(MAX_SLOTS):
             node_prefix, pod_prefix = slot_network(slot)
@@ -379,46 +306,6 @@ class EmbeddedProvider:
                     address_interface(slot)):
                 return slot
         raise InvalidInput(f"all {MAX_SLOTS} cluster slots are in use: bring a cluster down")
-
-    def _create(self, st: ClusterState, bins: NodeBinaries, imgs: images.Images, topo: Topology,
-                steps: Steps) -> None:
-        with steps.step("node network"):
-            self._network(st)
-        with steps.step("control plane (etcd, kube-apiserver, controller-manager, scheduler)"):
-            cp = self._control_plane(st, bins)
-        with steps.step("cluster objects (plugin RBAC, DeviceClasses)"):
-            self._apply_objects(st, bins)
-        layouts = [st.layout(n) for n in st.nodes]
-        with steps.step(f"node files and certificates ({len(layouts)} nodes)"):
-            gates = cp.gates or {}
-            certs = cp.certs
-            assert certs is not None
-            for lay in layouts:
-                self._node_files(st, lay, bins, certs, gates)
-        with steps.step("containerd on every node"):
-            for lay in layouts:
-                st.processes[f"containerd/{lay.name}"] = nodemod.start_containerd(
-                    lay, bins, self.policy)
-                st.save()
-        with steps.step("import images into every node"):
-            for lay in layouts:
-                images.import_images(bins, lay.containerd_socket, imgs.archives)
-        with steps.step("kubelets"):
-            for lay in layouts:
-                self._start_kubelet(st, lay, bins)
-            for lay in layouts:
-                self._wait_ready(st, lay)
-        with steps.step("fakegpu plugins and ResourceSlices"):
-            envs = {}
-            for lay in layouts:
-                envs[lay.name] = _render_nvml(topo, lay.name, lay.nvml_state)
-            for lay in layouts:
-                self._start_plugin(st, lay, envs[lay.name])
-            for n, lay in zip(st.nodes, layouts, strict=True):
-                if n.has_gpus:
-                    self._wait_slices(st, lay)
-        st.phase = "ready"
-        st.save()
 
     # --- up: steps ---------------------------------------------------------------------------
 
@@ -530,14 +417,20 @@ class EmbeddedProvider:
         wait_until(f"ResourceSlices of node {lay.name} (fakegpu plugin)",
                    lambda: bool(node_slices(st, lay.name)), self.policy, watch=[rec])
 
-    # --- protocol: down -----------------------------------------------------------------------
+    # --- protocol: delete ---------------------------------------------------------------------
 
-    def down(self, name: str) -> None:
-        validate_name(name)
-        root = clusters_dir() / name
+    def delete(self, name: str) -> None:
+        root = clusters_dir() / validate_name(name)
         st: ClusterState | None = None
-        with contextlib.suppress(Exception):
+        try:
             st = ClusterState.load(root)
+        except FileNotFoundError:
+            pass  # a killed `up` before its first save, or nothing at all
+        except StateError as err:
+            # Still remove what can be found without it: processes naming the directory,
+            # mounts, cgroups by name. Say so: its interfaces and rules are not known.
+            self.console.print(f"[yellow]{err}: removing what can be found without it[/]",
+                               soft_wrap=True)
         if st is not None:
             self._stop_everything(st)
         # Whatever is left (no state, a killed `up`): anything still running from our dir.
@@ -586,15 +479,11 @@ class EmbeddedProvider:
     # --- protocol: status / logs ----------------------------------------------------------------
 
     def status(self, name: str) -> ClusterInfo | None:
-        validate_name(name)
-        root = clusters_dir() / name
+        root = clusters_dir() / validate_name(name)
         try:
             st = ClusterState.load(root)
         except FileNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError) as err:
-            raise FakegpuError(f"cluster {name!r}: unreadable state {root / 'state.json'} "
-                               f"({err}): run `fakegpu cluster down --name {name}`") from err
         nodes = []
         for n in st.nodes:
             lay = st.layout(n)
@@ -628,18 +517,18 @@ class EmbeddedProvider:
             return False
         st = ClusterState.load(clusters_dir() / name)
         try:
-            return all(node_ready(st, n.name) for n in st.nodes)
-        except Exception:
+            with kubeapi.session(st.kubeconfig) as api:
+                return all(kubeapi.node_ready(api, n.name) for n in st.nodes)
+        except kubeapi.ERRORS:  # refused or unreachable: not healthy
             return False
 
     def logs(self, name: str, out: Path) -> list[Path]:
-        validate_name(name)
-        root = clusters_dir() / name
+        root = clusters_dir() / validate_name(name)
         if not root.is_dir():
             raise InvalidInput(f"no cluster {name!r} (nothing at {root})")
         out.mkdir(parents=True, exist_ok=True)
         st = None
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(FileNotFoundError):  # a bring-up killed before its first save
             st = ClusterState.load(root)
         # n<i> -> node name, so the copies are named as the user knows the nodes.
         names = {f"n{n.index}": n.name for n in st.nodes} if st else {}
@@ -662,7 +551,8 @@ class EmbeddedProvider:
                                                 "resourceslices,deviceclasses", "-A", "-o",
                                                 "wide"]),
                                ("events.txt", ["get", "events", "-A"])):
-                with contextlib.suppress(Exception):
+                # What kubectl says, as the user would see it; a dead apiserver is part of it.
+                with contextlib.suppress(CommandError):
                     res = kubectl(st, bins, args, check=False, timeout=30)
                     (out / what).write_text(res.stdout + res.stderr)
                     written.append(out / what)
@@ -704,12 +594,105 @@ class EmbeddedProvider:
         st.save()
 
     def _load_ready(self, name: str) -> ClusterState:
-        validate_name(name)
         try:
-            return ClusterState.load(clusters_dir() / name)
+            return ClusterState.load(clusters_dir() / validate_name(name))
         except FileNotFoundError:
             raise InvalidInput(f"no cluster {name!r}: run `fakegpu cluster up --name "
                                f"{name}`") from None
+
+
+class _Bringup:
+    """One embedded bring-up: the state recorded first, then the ordered actions."""
+
+    def __init__(self, provider: EmbeddedProvider, spec: ClusterSpec) -> None:
+        self.p = provider
+        self.spec = spec
+        self.topology: Topology = spec.topology
+        self.st = ClusterState(
+            name=spec.name, root=clusters_dir() / spec.name, k8s_version=spec.k8s_version,
+            topology=str(spec.topology_file), driver=provider.driver,
+            nodes=[NodeState(n.name, i, bool(n.gpus)) for i, n in enumerate(spec.topology.nodes)])
+        self.bins: NodeBinaries | None = None
+        self.imgs: images.Images | None = None
+        self.cp: ControlPlane | None = None
+
+    def record(self) -> None:
+        self.st.save()
+
+    def failed(self) -> None:
+        self.st.phase = "failed"
+        self.st.save()
+
+    def actions(self) -> Sequence[Action]:
+        n = len(self.st.nodes)
+        return [
+            Action("Kubernetes binaries", self._binaries),
+            Action("container images", self._images),
+            Action("node network", lambda: self.p._network(self.st)),
+            Action("control plane (etcd, kube-apiserver, controller-manager, scheduler)",
+                   self._control_plane),
+            Action("cluster objects (plugin RBAC, DeviceClasses)",
+                   lambda: self.p._apply_objects(self.st, self._bins())),
+            Action(f"node files and certificates ({n} nodes)", self._node_files),
+            Action("containerd on every node", self._containerd),
+            Action("import images into every node", self._import_images),
+            Action("kubelets", self._kubelets),
+            Action("fakegpu plugins and ResourceSlices", self._plugins),
+        ]
+
+    def _bins(self) -> NodeBinaries:
+        assert self.bins is not None, "the binaries action runs first"
+        return self.bins
+
+    def _layouts(self) -> list[NodeLayout]:
+        return [self.st.layout(n) for n in self.st.nodes]
+
+    def _binaries(self) -> None:
+        self.bins = _binaries(self.spec.k8s_version, self.p.console)
+
+    def _images(self) -> None:
+        self.imgs = images.ensure_images(console=self.p.console)
+        self.st.workload_image = self.imgs.workload_ref
+        self.st.pause_image = self.imgs.pause_ref
+        self.st.save()
+
+    def _control_plane(self) -> None:
+        self.cp = self.p._control_plane(self.st, self._bins())
+
+    def _node_files(self) -> None:
+        assert self.cp is not None and self.cp.certs is not None
+        for lay in self._layouts():
+            self.p._node_files(self.st, lay, self._bins(), self.cp.certs, self.cp.gates or {})
+
+    def _containerd(self) -> None:
+        for lay in self._layouts():
+            self.st.processes[f"containerd/{lay.name}"] = nodemod.start_containerd(
+                lay, self._bins(), self.p.policy)
+            self.st.save()
+
+    def _import_images(self) -> None:
+        assert self.imgs is not None
+        for lay in self._layouts():
+            images.import_images(self._bins(), lay.containerd_socket, self.imgs.archives)
+
+    def _kubelets(self) -> None:
+        layouts = self._layouts()
+        for lay in layouts:
+            self.p._start_kubelet(self.st, lay, self._bins())
+        for lay in layouts:
+            self.p._wait_ready(self.st, lay)
+
+    def _plugins(self) -> None:
+        layouts = self._layouts()
+        envs = {lay.name: _render_nvml(self.topology, lay.name, lay.nvml_state)
+                for lay in layouts}
+        for lay in layouts:
+            self.p._start_plugin(self.st, lay, envs[lay.name])
+        for n, lay in zip(self.st.nodes, layouts, strict=True):
+            if n.has_gpus:
+                self.p._wait_slices(self.st, lay)
+        self.st.phase = "ready"
+        self.st.save()
 
 
 _DEAD = ProcessRecord("none", 0, -1, "", Path("/dev/null"))
@@ -761,12 +744,15 @@ def kubectl(st: ClusterState, bins: NodeBinaries, args: list[str], *, check: boo
 
 
 def cached_binaries(version: str) -> NodeBinaries | None:
+    """The cluster's binaries if still cached; None also for a version this fakegpu no
+    longer supports (a state written by another release)."""
     from fakegpu.cluster import binaries
 
-    with contextlib.suppress(Exception):
+    try:
         found: NodeBinaries | None = binaries.cached(version)
-        return found
-    return None
+    except InvalidInput:
+        return None
+    return found
 
 
 def _delete_forward_rules(rules: list[list[str]]) -> None:

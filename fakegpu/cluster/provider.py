@@ -1,13 +1,20 @@
-"""The one interface every cluster provider implements (embedded now, kind later).
+"""The one interface every cluster provider implements (``embedded.py``, ``kind/``).
 
-Suites and the CLI only talk to this protocol, so they do not know which provider runs them.
+A provider only provisions, lists, deletes and collects logs; the create/delete flow above it
+(validation, the exists check, progress, state first, logs and cleanup on failure) is written
+once, in ``lifecycle.py``. The CLI, ``fakegpu demo`` and the pytest plugin talk to that flow
+(``fakegpu.cluster.get_provider``), so they do not know which provider runs them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fakegpu.topology.model import Topology
 
 
 @dataclass(frozen=True)
@@ -64,28 +71,68 @@ class ClusterInfo:
         }
 
 
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to create, validated once by the lifecycle and handed to the provider."""
+
+    name: str
+    topology_file: Path  # absolute
+    topology: Topology  # loaded once, from topology_file
+    k8s_version: str  # the pinned patch release, e.g. "1.37.2"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One named step of a bring-up; the lifecycle shows one status line per action."""
+
+    title: str
+    run: Callable[[], None]
+
+
+class Provisioning(Protocol):
+    """One bring-up in progress, made by ``Provider.provision``."""
+
+    def record(self) -> None:
+        """Save the cluster's state before anything is made, so ``delete`` knows it."""
+        ...
+
+    def actions(self) -> Sequence[Action]:
+        """The ordered actions that make the cluster; the last one marks it ready."""
+        ...
+
+    def failed(self) -> None:
+        """Mark the recorded state as failed (called before logs are collected)."""
+        ...
+
+
 class Provider(Protocol):
-    """What `fakegpu cluster ...` and the pytest plugin need from a provider."""
+    """What a cluster provider implements; ``lifecycle.Lifecycle`` drives it."""
 
     name: str  # "embedded" | "kind"
 
-    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
-        """Create the cluster; return once every node is Ready and every node's slices exist.
-
-        A leftover cluster of the same name is an error naming `fakegpu cluster down`.
-        On failure, everything made so far is removed before the error propagates.
-        """
+    def exists(self, name: str) -> bool:
+        """Whether anything of a cluster of that name is there (a leftover counts)."""
         ...
 
-    def down(self, name: str) -> None:
-        """Remove everything `up` made (processes, mounts, interfaces, cgroups, files).
+    def check_host(self, spec: ClusterSpec) -> None:
+        """Refuse at once, before anything is made, what this host cannot run."""
+        ...
 
-        Idempotent.
-        """
+    def provision(self, spec: ClusterSpec) -> Provisioning:
+        """The bring-up of ``spec``: state to record and actions to run."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Remove everything a bring-up made (processes, mounts, interfaces, cgroups, files,
+        containers). Idempotent, and safe after a crashed or failed bring-up."""
         ...
 
     def status(self, name: str) -> ClusterInfo | None:
-        """The running cluster's description, or None if there is none of that name."""
+        """The cluster's description, or None if there is none of that name."""
+        ...
+
+    def healthy(self, name: str) -> bool:
+        """Ready, every component running, every node Ready in the apiserver."""
         ...
 
     def logs(self, name: str, out: Path) -> list[Path]:
@@ -102,3 +149,35 @@ class Provider(Protocol):
     def start_node(self, name: str, node: str) -> None:
         """Start a stopped worker again and wait until it is Ready."""
         ...
+
+
+class Clusters(Protocol):
+    """What the CLI, ``fakegpu demo`` and the pytest plugin use: ``lifecycle.Lifecycle``."""
+
+    @property
+    def name(self) -> str:
+        """The provider's name."""
+        ...
+
+    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
+        """Create the cluster; return once every node is Ready and every node's slices exist.
+
+        A leftover cluster of the same name is an error naming `fakegpu cluster down`.
+        On failure, the logs are saved and everything made so far is removed before the error
+        propagates (unless told to retain it).
+        """
+        ...
+
+    def down(self, name: str) -> None:
+        """Remove everything `up` made. Idempotent."""
+        ...
+
+    def status(self, name: str) -> ClusterInfo | None: ...
+
+    def healthy(self, name: str) -> bool: ...
+
+    def logs(self, name: str, out: Path) -> list[Path]: ...
+
+    def stop_node(self, name: str, node: str) -> None: ...
+
+    def start_node(self, name: str, node: str) -> None: ...

@@ -9,19 +9,23 @@ import yaml
 
 from fakegpu.cli.cluster import demo_manifest
 from fakegpu.cluster import embedded, get_provider
+from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import ProcessRecord
 from fakegpu.errors import InvalidInput
+from fakegpu.paths import repo_fixtures_dir
+
+TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
 
 
 @pytest.mark.parametrize("name", ["fakegpu", "a", "e2e-1", "x" * 20])
 def test_valid_names(name: str) -> None:
-    embedded.validate_name(name)
+    validate_name(name)
 
 
 @pytest.mark.parametrize("name", ["", "A", "-a", "a-", "a_b", "x" * 21, "../etc"])
 def test_invalid_names(name: str) -> None:
     with pytest.raises(InvalidInput):
-        embedded.validate_name(name)
+        validate_name(name)
 
 
 def test_state_round_trip(tmp_path: Path) -> None:
@@ -37,7 +41,7 @@ def test_state_round_trip(tmp_path: Path) -> None:
 
 def test_state_of_another_version_is_refused(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text('{"version": 999}')
-    with pytest.raises(ValueError):
+    with pytest.raises(embedded.StateError, match=r"state.json: .*state version 999"):
         embedded.ClusterState.load(tmp_path)
 
 
@@ -61,8 +65,8 @@ def test_status_of_missing_cluster_is_none(tmp_path: Path, monkeypatch: pytest.M
 def test_down_of_missing_cluster_is_a_no_op(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(embedded.CLUSTERS_ENV, str(tmp_path))
-    embedded.EmbeddedProvider().down("nothing")
-    embedded.EmbeddedProvider().down("nothing")
+    get_provider("embedded").down("nothing")
+    get_provider("embedded").down("nothing")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -70,7 +74,7 @@ def test_up_refuses_a_leftover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(embedded.CLUSTERS_ENV, str(tmp_path))
     (tmp_path / "old").mkdir()
     with pytest.raises(InvalidInput, match="fakegpu cluster down --name old"):
-        embedded.EmbeddedProvider().up("old", Path("whatever.yaml"), None)
+        get_provider("embedded").up("old", TOPOLOGY, None)
 
 
 def test_providers() -> None:
@@ -116,3 +120,73 @@ def test_logs_of_missing_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(embedded.CLUSTERS_ENV, str(tmp_path))
     with pytest.raises(InvalidInput, match="no cluster"):
         embedded.EmbeddedProvider().logs("none", tmp_path / "out")
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"version": 1, "name": "c"}', "[]", ""])
+def test_a_corrupt_state_is_an_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(embedded.StateError, match=rf"^{tmp_path}/state.json: not a readable "):
+        embedded.ClusterState.load(tmp_path)
+
+
+def test_a_corrupt_state_of_another_cluster_does_not_free_its_slot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its slot would be handed out twice: the two clusters would share addresses and bridges.
+    monkeypatch.setenv(embedded.CLUSTERS_ENV, str(tmp_path))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "state.json").write_text('{"version": 1, "slot": 0, "name": ')
+    with pytest.raises(embedded.StateError, match=r"other/state.json: not a readable"):
+        embedded.EmbeddedProvider()._free_slot(set())
+
+
+def test_a_directory_without_state_holds_no_slot(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(embedded.CLUSTERS_ENV, str(tmp_path))
+    (tmp_path / "starting").mkdir()  # an `up` before its first save
+    (tmp_path / "stray-file").write_text("")
+    slot = embedded.EmbeddedProvider()._free_slot(set())
+    assert 0 <= slot < embedded.MAX_SLOTS
+
+
+def test_cached_binaries_lets_cache_bugs_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakegpu.cluster import binaries
+
+    def broken(version: str | None = None) -> None:
+        raise RuntimeError("a bug in the cache")
+
+    monkeypatch.setattr(binaries, "cached", broken)
+    with pytest.raises(RuntimeError, match="a bug in the cache"):
+        embedded.cached_binaries("1.37.2")
+
+
+def test_cached_binaries_of_an_unsupported_version_are_not_cached() -> None:
+    assert embedded.cached_binaries("1.20.0") is None
+
+
+def test_down_with_a_corrupt_state_removes_what_it_can(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(embedded.CLUSTERS_ENV, str(tmp_path))
+    (tmp_path / "c1" / "n0").mkdir(parents=True)
+    (tmp_path / "c1" / "state.json").write_text("{truncated")
+    get_provider("embedded").down("c1")
+    assert not (tmp_path / "c1").exists()
+
+
+@pytest.mark.parametrize("command", [["up"], ["down"], ["status"], ["logs", "--out", "x"],
+                                     ["node", "stop", "n0"]])
+def test_cli_refuses_a_bad_cluster_name_with_exit_2(command: list[str],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from fakegpu.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["cluster", *command, "--name", "x" * 21])
+    assert info.value.code == 2
+    assert "use 1-20 lowercase letters" in capsys.readouterr().err
+
+
+def test_cli_up_has_retain(capsys: pytest.CaptureFixture[str]) -> None:
+    from fakegpu.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["cluster", "up", "--help"])
+    assert "--retain" in capsys.readouterr().out

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cluster import cleanup, embedded
+from fakegpu.cluster import cleanup, embedded, get_provider
+from fakegpu.cluster.lifecycle import Lifecycle
 from fakegpu.cluster.process import WaitPolicy, pids_matching, wait_until
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.paths import repo_fixtures_dir
@@ -43,11 +44,11 @@ def _missing() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[embedded.EmbeddedProvider, ClusterInfo]]:
+def cluster() -> Iterator[tuple[Lifecycle, ClusterInfo]]:
     reason = _missing()
     if reason:
         pytest.skip(f"SKIPPED LOUDLY: embedded cluster integration test: {reason}")
-    provider = embedded.EmbeddedProvider(policy=WaitPolicy(timeout=180))
+    provider = get_provider("embedded", timeout=180)
     provider.down(NAME)  # a leftover of an aborted earlier run
     info = provider.up(NAME, TOPOLOGY, None)
     try:
@@ -60,7 +61,7 @@ def _state() -> embedded.ClusterState:
     return embedded.ClusterState.load(embedded.clusters_dir() / NAME)
 
 
-def test_node_ready_with_slices(cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+def test_node_ready_with_slices(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     _, info = cluster
     st = _state()
     (node,) = info.nodes
@@ -84,7 +85,7 @@ def _kubectl() -> Path:
 
 
 def test_kubelet_has_its_own_device_plugin_socket(
-        cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+        cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     st = _state()
     for n in st.nodes:
         lay = st.layout(n)
@@ -115,7 +116,7 @@ TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 def test_pod_reads_configmap_and_projected_token(
-        cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+        cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     """The kubelet mounts volumes (tmpfs for the token) in its own mount namespace; containerd
     in the host's must see them, or the container finds empty directories."""
     _, info = cluster
@@ -150,7 +151,7 @@ def _describe(kubectl: list[str]) -> str:
         [*kubectl, "logs", "it-vol"], capture_output=True, text=True).stdout
 
 
-def test_stop_and_start_node(cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+def test_stop_and_start_node(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     provider, info = cluster
     node = info.nodes[0].name
     provider.stop_node(NAME, node)
@@ -166,7 +167,7 @@ def test_stop_and_start_node(cluster: tuple[embedded.EmbeddedProvider, ClusterIn
     assert embedded.node_slices(st, node)
 
 
-def test_down_leaves_nothing(cluster: tuple[embedded.EmbeddedProvider, ClusterInfo]) -> None:
+def test_down_leaves_nothing(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     provider, _ = cluster
     st = _state()
     root = st.root

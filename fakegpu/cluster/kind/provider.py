@@ -1,19 +1,19 @@
 """The kind provider: the same protocol as the embedded provider, on Docker containers.
 
-``up`` is an ordered list of steps (shared with the embedded provider: ``Steps`` progress lines,
-name validation, the resource.k8s.io version table): Docker, node image, kind cluster, pod
-network, plugin image, Helm chart, readiness. A failure removes the cluster unless told to
-retain it. State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json``.
+A bring-up is an ordered list of actions (Docker, node image, kind cluster, pod network,
+plugin image, Helm chart, readiness) that ``lifecycle.py`` runs, as it runs the embedded
+provider's: validation, progress, logs and cleanup on failure are written there once.
+State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,11 +22,12 @@ from rich.console import Console
 from fakegpu import paths
 from fakegpu.cluster import binaries, featuregates, images
 from fakegpu.cluster import node as nodemod
-from fakegpu.cluster.embedded import Steps, resourceslice_api, validate_name
 from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
+from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
-from fakegpu.cluster.provider import ClusterInfo, NodeInfo
+from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
 from fakegpu.errors import FakegpuError, InvalidInput
+from fakegpu.kube import api as kubeapi
 from fakegpu.topology.load import load_topology
 
 DEFAULT_DRIVER = "gpu.fakegpu.dev"
@@ -91,10 +92,9 @@ class KindProvider:
     name = "kind"
 
     def __init__(self, console: Console | None = None, *, policy: WaitPolicy | None = None,
-                 retain_on_failure: bool = False, driver: str = DEFAULT_DRIVER) -> None:
+                 driver: str = DEFAULT_DRIVER) -> None:
         self.console = console or Console(stderr=True)
         self.policy = policy or WaitPolicy(timeout=300.0, interval=1.0)
-        self.retain_on_failure = retain_on_failure
         self.driver = driver
 
     # --- tools ----------------------------------------------------------------------------------
@@ -112,83 +112,57 @@ class KindProvider:
             return False
         return name in self._kind("get", "clusters", timeout=60).stdout.split()
 
-    # --- protocol -------------------------------------------------------------------------------
+    # --- protocol: exists / check_host / provision ----------------------------------------------
 
-    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
-        validate_name(name)
-        if KindState.load(name) is not None or self._exists(name):
-            raise InvalidInput(f"kind cluster {name!r} already exists (or is left over): run "
-                               f"`fakegpu cluster down --provider kind --name {name}` first")
-        if not topology.is_file():
-            raise InvalidInput(f"topology file not found: {topology}")
-        topo = load_topology(topology)
-        version = binaries.resolve_version(k8s_version)
-        st = KindState(name=name, k8s_version=version, topology=str(topology.resolve()),
-                       driver=self.driver, workers=[n.name for n in topo.nodes])
-        steps = Steps(self.console)
-        try:
-            st.save()  # from here on `down` knows this cluster
-            self._create(st, steps)
-        except BaseException as err:
-            st.phase = "failed"
-            with contextlib.suppress(Exception):
-                st.save()
-            if self.retain_on_failure:
-                self.console.print(f"[yellow]keeping the failed kind cluster {name} (--retain)[/]")
-            else:
-                self.console.print("[yellow]cleaning up after the failure ...[/]")
-                with contextlib.suppress(Exception):
-                    self.down(name)
-            if isinstance(err, FakegpuError | KeyboardInterrupt):
-                raise
-            raise FakegpuError(f"kind cluster up failed: {err}") from err
-        info = self.status(name)
-        assert info is not None
-        return info
+    def exists(self, name: str) -> bool:
+        return KindState.load(name) is not None or self._exists(name)
 
-    def _create(self, st: KindState, steps: Steps) -> None:
-        with steps.step("Docker"):
-            host = dockerhost.ensure(self.console)
-            # The embedded provider's step: every node container runs a kubelet and containerd
-            # (and systemd) holding inotify instances; at the usual 128 per user kube-proxy
-            # crash-loops with "too many open files" in a five-node kind cluster.
-            nodes = len(st.workers) + 1  # the control-plane node runs a kubelet too
-            for line in nodemod.ensure_inotify(
-                    nodemod.inotify_need(nodes, nodemod.inotify_in_use())):
-                self.console.print(f"[yellow]{line}[/]")
-        with steps.step(f"kind node image (Kubernetes {st.k8s_version})"):
-            st.node_image = choose_node_image(host.docker, st.k8s_version, self.console)
-            st.workload_image = images.workload_ref()
-            st.save()
+    def check_host(self, spec: ClusterSpec) -> None:
+        """Docker and the tools are obtained by the first action (they may need a build)."""
+
+    def provision(self, spec: ClusterSpec) -> _Bringup:
+        return _Bringup(self, spec)
+
+    def _docker(self, st: KindState) -> Path:
+        host = dockerhost.ensure(self.console)
+        # Every node container runs a kubelet and containerd (and systemd) holding inotify
+        # instances; at the usual 128 per user kube-proxy crash-loops with "too many open
+        # files" in a five-node kind cluster.
+        nodes = len(st.workers) + 1  # the control-plane node runs a kubelet too
+        for line in nodemod.ensure_inotify(
+                nodemod.inotify_need(nodes, nodemod.inotify_in_use())):
+            self.console.print(f"[yellow]{line}[/]")
+        return host.docker
+
+    def _node_image(self, st: KindState, docker: Path) -> None:
+        st.node_image = choose_node_image(docker, st.k8s_version, self.console)
+        st.workload_image = images.workload_ref()
+        st.save()
+
+    def _create_cluster(self, st: KindState) -> None:
         minor = featuregates.parse_minor(st.k8s_version)
         cfg = st.root / "kind.yaml"
         cfg.write_text(config.dump(config.render(minor, st.workers, st.node_image)))
-        with steps.step(f"kind create cluster ({len(st.workers)} workers)"):
-            self._kind("create", "cluster", "--name", st.name, "--config", str(cfg),
-                       "--kubeconfig", str(st.kubeconfig), "--retain", timeout=1200)
-        with steps.step("pod network"):
-            st.containers = self._containers(st)
-            st.save()
-            self._network(st)
-        with steps.step("plugin image"):
-            st.plugin_image = image.build(host.docker, self.console).ref
-            self._kind("load", "docker-image", st.plugin_image, "--name", st.name,
-                       "--nodes", ",".join(st.containers[w] for w in st.workers))
-            st.save()
-        with steps.step("fakegpu chart"):
-            self._install_chart(st)
-        with steps.step("nodes Ready"):
-            wait_until("every node Ready", lambda: self._all_ready(st), self.policy)
-        with steps.step("ResourceSlices of every worker"):
-            want = {n.name: len(n.gpus) for n in load_topology(st.topology).nodes}
-            # A plugin that started while kube-proxy was still settling backs off up to 60 s.
-            wait_until("every worker's devices in ResourceSlices",
-                       lambda: self._slice_devices(st) == want,
-                       WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
-        with steps.step("NVML state copies for the suites"):
-            self._nvml_copies(st)
-        st.phase = "ready"
+        self._kind("create", "cluster", "--name", st.name, "--config", str(cfg),
+                   "--kubeconfig", str(st.kubeconfig), "--retain", timeout=1200)
+
+    def _pod_network(self, st: KindState) -> None:
+        st.containers = self._containers(st)
         st.save()
+        self._network(st)
+
+    def _plugin_image(self, st: KindState, docker: Path) -> None:
+        st.plugin_image = image.build(docker, self.console).ref
+        self._kind("load", "docker-image", st.plugin_image, "--name", st.name,
+                   "--nodes", ",".join(st.containers[w] for w in st.workers))
+        st.save()
+
+    def _wait_slices(self, st: KindState) -> None:
+        want = {n.name: len(n.gpus) for n in load_topology(st.topology).nodes}
+        # A plugin that started while kube-proxy was still settling backs off up to 60 s.
+        wait_until("every worker's devices in ResourceSlices",
+                   lambda: self._slice_devices(st) == want,
+                   WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
     def _nvml_copies(self, st: KindState) -> None:
         """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), and check
@@ -197,8 +171,9 @@ class KindProvider:
         from fakegpu.nvml import env as nvml_env
 
         topo = load_topology(st.topology)
-        pods = json.loads(self._kubectl(st, "-n", NAMESPACE, "get", "pods", "-o", "json").stdout)
-        on_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods["items"]
+        with kubeapi.session(st.kubeconfig) as api:
+            pods = kubeapi.pods(api, NAMESPACE)
+        on_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods
                    if p["status"].get("phase") == "Running"}
         for node in st.workers:
             path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
@@ -228,11 +203,11 @@ class KindProvider:
             ip = run([docker, "inspect", "-f",
                       "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", c]).stdout
             by_ip[ip.strip()] = c
-        nodes = json.loads(self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]
+        with kubeapi.session(st.kubeconfig) as api:
+            nodes = kubeapi.nodes(api)
         out: dict[str, str] = {}
         for n in nodes:
-            ip = next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP")
-            out[n["metadata"]["name"]] = by_ip[ip]
+            out[n["metadata"]["name"]] = by_ip[kubeapi.internal_ip(n)]
         missing = [w for w in st.workers if w not in out]
         if missing:
             raise FakegpuError(f"kind made no node named {', '.join(missing)} (nodes: {out})")
@@ -241,14 +216,12 @@ class KindProvider:
     def _network(self, st: KindState) -> None:
         """Bridge CNI per node from its podCIDR, and routes to every other node's pods."""
         docker = str(dockerhost.docker_client())
-        wait_until("a podCIDR on every node", lambda: all(
-            n["spec"].get("podCIDR") for n in json.loads(
-                self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]), self.policy)
-        nodes = json.loads(self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]
-        info = {n["metadata"]["name"]: (
-            n["spec"]["podCIDR"],
-            next(a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"))
-            for n in nodes}
+        with kubeapi.session(st.kubeconfig) as api:
+            wait_until("a podCIDR on every node", lambda: all(
+                n["spec"].get("podCIDR") for n in kubeapi.nodes(api)), self.policy)
+            nodes = kubeapi.nodes(api)
+        info = {n["metadata"]["name"]: (n["spec"]["podCIDR"], kubeapi.internal_ip(n))
+                for n in nodes}
         for node, (cidr, _ip) in info.items():
             container = st.containers[node]
             run([docker, "exec", "-i", container, "sh", "-c",
@@ -259,8 +232,8 @@ class KindProvider:
                     run([docker, "exec", container, "ip", "route", "replace", ocidr, "via", oip])
         # CoreDNS: no image can be had here (see nodeimage.py); nothing may wait for it.
         if not os.environ.get(NODE_IMAGE_ENV, "").startswith(nodeimage.KINDEST_NODE):
-            self._kubectl(st, "-n", "kube-system", "scale", "deployment", "coredns",
-                          "--replicas=0")
+            with kubeapi.session(st.kubeconfig) as api:
+                kubeapi.scale_deployment(api, "kube-system", "coredns", 0)
 
     def _install_chart(self, st: KindState) -> None:
         helm = tools.executable(tools.helm(), self.console)
@@ -274,17 +247,15 @@ class KindProvider:
             timeout=300)
 
     def _all_ready(self, st: KindState) -> bool:
-        nodes = json.loads(self._kubectl(st, "get", "nodes", "-o", "json").stdout)["items"]
-        return len(nodes) == len(st.workers) + 1 and all(
-            any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
-            for n in nodes)
+        with kubeapi.session(st.kubeconfig) as api:
+            nodes = kubeapi.nodes(api)
+        return len(nodes) == len(st.workers) + 1 and all(kubeapi.is_ready(n) for n in nodes)
 
     def _slice_devices(self, st: KindState) -> dict[str, int]:
-        api = resourceslice_api(featuregates.parse_minor(st.k8s_version))
-        out = json.loads(self._kubectl(st, "get", f"resourceslices.{api}.resource.k8s.io",
-                                       "-o", "json").stdout)
+        with kubeapi.session(st.kubeconfig) as api:
+            slices = kubeapi.resource_slices(api)
         count: dict[str, int] = {}
-        for s in out["items"]:
+        for s in slices:
             spec = s["spec"]
             if spec.get("driver") == st.driver and spec.get("nodeName"):
                 n = spec["nodeName"]
@@ -292,7 +263,7 @@ class KindProvider:
                     1 for d in spec.get("devices") or [] if not d["name"].count("-mig-"))
         return count
 
-    def down(self, name: str) -> None:
+    def delete(self, name: str) -> None:
         validate_name(name)
         if self._exists(name):
             self._kind("delete", "cluster", "--name", name, timeout=300)
@@ -336,7 +307,7 @@ class KindProvider:
         st = KindState.load(name)
         try:
             return st is not None and self._all_ready(st)
-        except FakegpuError:
+        except kubeapi.ERRORS:  # refused or unreachable: not healthy
             return False
 
     def _container_pids(self, names: list[str]) -> dict[str, int]:
@@ -376,9 +347,8 @@ class KindProvider:
         wait_until(f"node {node} Ready", lambda: self._node_ready(st, node), self.policy)
 
     def _node_ready(self, st: KindState, node: str) -> bool:
-        n = json.loads(self._kubectl(st, "get", "node", node, "-o", "json").stdout)
-        return any(c["type"] == "Ready" and c["status"] == "True"
-                   for c in n["status"]["conditions"])
+        with kubeapi.session(st.kubeconfig) as api:
+            return kubeapi.node_ready(api, node)
 
     def _ready_state(self, name: str) -> KindState:
         validate_name(name)
@@ -394,3 +364,50 @@ class KindProvider:
                                f"(workers: {', '.join(st.workers)})")
         return node
 
+
+
+class _Bringup:
+    """One kind bring-up: the state recorded first, then the ordered actions."""
+
+    def __init__(self, provider: KindProvider, spec: ClusterSpec) -> None:
+        self.p = provider
+        self.st = KindState(name=spec.name, k8s_version=spec.k8s_version,
+                            topology=str(spec.topology_file), driver=provider.driver,
+                            workers=[n.name for n in spec.topology.nodes])
+        self.docker: Path | None = None
+
+    def record(self) -> None:
+        self.st.save()
+
+    def failed(self) -> None:
+        self.st.phase = "failed"
+        self.st.save()
+
+    def actions(self) -> Sequence[Action]:
+        p, st = self.p, self.st
+        return [
+            Action("Docker", self._host),
+            Action(f"kind node image (Kubernetes {st.k8s_version})",
+                   lambda: p._node_image(st, self._docker())),
+            Action(f"kind create cluster ({len(st.workers)} workers)",
+                   lambda: p._create_cluster(st)),
+            Action("pod network", lambda: p._pod_network(st)),
+            Action("plugin image", lambda: p._plugin_image(st, self._docker())),
+            Action("fakegpu chart", lambda: p._install_chart(st)),
+            Action("nodes Ready", lambda: wait_until("every node Ready",
+                                                     lambda: p._all_ready(st), p.policy)),
+            Action("ResourceSlices of every worker", lambda: p._wait_slices(st)),
+            Action("NVML state copies for the suites", self._finish),
+        ]
+
+    def _host(self) -> None:
+        self.docker = self.p._docker(self.st)
+
+    def _docker(self) -> Path:
+        assert self.docker is not None, "the Docker action runs first"
+        return self.docker
+
+    def _finish(self) -> None:
+        self.p._nvml_copies(self.st)
+        self.st.phase = "ready"
+        self.st.save()

@@ -1,0 +1,176 @@
+"""The apiserver through the official ``kubernetes`` client: the one way fakegpu talks to it.
+
+Cluster bring-up (readiness, nodes, ResourceSlices, manifests), the plugin (credentials and
+the served ``resource.k8s.io`` version) and the test kit connect and read here. Objects are
+plain dicts, the shape the apiserver returns, with no generated model in between that lags
+behind new fields. ``kubectl`` stays only where the user-facing thing is kubectl itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from fakegpu.errors import FakegpuError
+from fakegpu.kube.resource import GROUP, newest_served
+
+TIMEOUT_S = 10.0
+FIELD_MANAGER = "fakegpu"
+# What a call can fail with when the apiserver refuses it (ApiException: HTTP status) or is not
+# reached (urllib3: connection refused, TLS not ready, read timeout).
+ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def connect(kubeconfig: Path | None = None) -> client.ApiClient:
+    """A client for the cluster of ``kubeconfig`` (its current context).
+
+    ``None``: the pod's service account when running in a cluster, else ``$KUBECONFIG`` or
+    ``~/.kube/config``. Nothing is read from the environment before this is called.
+    """
+    cfg = client.Configuration()
+    if kubeconfig is not None:
+        config.load_kube_config(str(kubeconfig),  # type: ignore[no-untyped-call]
+                                client_configuration=cfg)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(cfg)
+
+
+@contextlib.contextmanager
+def session(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    """``connect`` for one short use; the connection pool is closed afterwards."""
+    api = connect(kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+
+
+def get(api: client.ApiClient, path: str, timeout: float = TIMEOUT_S) -> bytes:
+    """GET ``path`` (e.g. ``/readyz``) with the client's credentials; the body as bytes."""
+    cfg = api.configuration
+    headers = {"Accept": "application/json, */*"}
+    token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+    if token:
+        prefix = cfg.api_key_prefix.get("authorization", "")
+        headers["Authorization"] = f"{prefix} {token}".strip()
+    res = api.rest_client.request(  # type: ignore[no-untyped-call]
+        "GET", f"{cfg.host}{path}", headers=headers, _request_timeout=timeout)
+    status = int(getattr(res, "status", 200))
+    if not 200 <= status < 300:  # newer clients return the response, older ones raise
+        raise ApiException(status=status, reason=str(getattr(res, "reason", "")))
+    data = res.data if hasattr(res, "data") and res.data is not None else res.read()
+    return data if isinstance(data, bytes) else str(data).encode()
+
+
+def get_json(api: client.ApiClient, path: str, timeout: float = TIMEOUT_S) -> Any:
+    """GET ``path`` and decode the JSON body (``/version``, ``/apis``, any object)."""
+    return json.loads(get(api, path, timeout))
+
+
+def served_versions(api: client.ApiClient, group: str) -> list[str]:
+    """The versions of API ``group`` the apiserver serves (empty: it does not serve it)."""
+    doc = get_json(api, "/apis")
+    return [v["version"] for g in doc.get("groups") or [] if g.get("name") == group
+            for v in g.get("versions") or []]
+
+
+def resource_version(api: client.ApiClient) -> str:
+    """The ``resource.k8s.io`` version to speak with this apiserver (``kube.resource``'s rule)."""
+    return newest_served(served_versions(api, GROUP))
+
+
+# --- reads ---------------------------------------------------------------------------------------
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    """Whether a Node object has condition Ready=True."""
+    conds = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def nodes(api: client.ApiClient) -> list[dict[str, Any]]:
+    return list(get_json(api, "/api/v1/nodes").get("items") or [])
+
+
+def node_ready(api: client.ApiClient, name: str) -> bool:
+    return is_ready(get_json(api, f"/api/v1/nodes/{name}"))
+
+
+def internal_ip(node: Mapping[str, Any]) -> str:
+    for addr in node.get("status", {}).get("addresses") or []:
+        if addr.get("type") == "InternalIP":
+            return str(addr["address"])
+    raise FakegpuError(f"node {node.get('metadata', {}).get('name')!r} has no InternalIP yet")
+
+
+def pods(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    return list(get_json(api, f"/api/v1/namespaces/{namespace}/pods").get("items") or [])
+
+
+def resource_slices(api: client.ApiClient, *, driver: str | None = None,
+                    node: str | None = None, version: str | None = None
+                    ) -> list[dict[str, Any]]:
+    """ResourceSlices, optionally of one driver and one node (selected by the apiserver)."""
+    selectors = [f"spec.driver={driver}" if driver else "",
+                 f"spec.nodeName={node}" if node else ""]
+    listed = client.CustomObjectsApi(api).list_cluster_custom_object(
+        GROUP, version or resource_version(api), "resourceslices",
+        field_selector=",".join(s for s in selectors if s), _request_timeout=TIMEOUT_S)
+    return [dict(i) for i in cast(dict[str, Any], listed).get("items") or []]
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+
+def apply(api: client.ApiClient, objects: Iterable[Mapping[str, Any]], *,
+          namespace: str | None = None, field_manager: str = FIELD_MANAGER
+          ) -> list[dict[str, Any]]:
+    """Server-side apply each object (idempotent, like ``kubectl apply --server-side``)."""
+    dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
+    applied: list[dict[str, Any]] = []
+    for obj in objects:
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        ns = (obj["metadata"].get("namespace") or namespace) if res.namespaced else None
+        out = res.server_side_apply(body=dict(obj), name=obj["metadata"]["name"], namespace=ns,
+                                    field_manager=field_manager, force_conflicts=True)
+        applied.append(out.to_dict())
+    return applied
+
+
+def scale_deployment(api: client.ApiClient, namespace: str, name: str, replicas: int) -> None:
+    client.AppsV1Api(api).patch_namespaced_deployment_scale(
+        name, namespace, {"spec": {"replicas": replicas}}, _request_timeout=TIMEOUT_S)
+
+
+def pod_log(api: client.ApiClient, namespace: str, name: str) -> str:
+    return str(client.CoreV1Api(api).read_namespaced_pod_log(name, namespace,
+                                                               _request_timeout=TIMEOUT_S))
+
+
+def service_account_token(api: client.ApiClient, namespace: str, name: str, *, node: str,
+                          seconds: int) -> str:
+    """A token of service account ``namespace/name`` bound to Node ``node`` (TokenRequest).
+
+    The apiserver then puts the node in the user's extra ``authentication.kubernetes.io/
+    node-name``, as for a pod's token, and revokes the token with the Node object.
+    """
+    body: Any = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds,
+                     "boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": node}}}
+    out = client.CoreV1Api(api).create_namespaced_service_account_token(
+        name, namespace, body, _request_timeout=TIMEOUT_S)
+    if out.status is None:
+        raise FakegpuError(f"TokenRequest for {namespace}/{name}: the apiserver sent no token")
+    return str(out.status.token)
