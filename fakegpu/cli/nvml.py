@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from fakegpu.errors import EXIT_OK, InvalidInput
+from fakegpu.errors import EXIT_OK, InvalidInput, printable
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -123,9 +123,11 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _existing_state(args: argparse.Namespace) -> Path:
+    from fakegpu.nvml import env
+
     path = _state_path(args)
-    if not path.is_file():
-        raise InvalidInput(f"no state file at {path}")
+    if not env.is_state_file(path):
+        raise InvalidInput(f"no state file at {printable(str(path))}")
     return path
 
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from fakegpu import paths
-from fakegpu.errors import InvalidInput, MissingPrerequisite
+from fakegpu.errors import InvalidInput, MissingPrerequisite, printable
 from fakegpu.topology.model import Topology
 
 from . import state
@@ -101,16 +101,31 @@ def ensure_state(topology: Topology, node: str, path: str | Path | None = None,
                  *, fresh: bool = False) -> Path:
     """The node's state file, rendered if it does not exist yet (or ``fresh``)."""
     target = Path(path) if path is not None else state_path(topology, node)
-    if fresh or not target.exists():
-        state.render(topology, node, target)
+    try:
+        if fresh or not target.exists():
+            state.render(topology, node, target)
+    except OSError as err:
+        # /proc/nope/x, /sys/x, a name over NAME_MAX: the path is the problem, not us.
+        raise InvalidInput(f"cannot write the NVML state file {printable(str(target))}: "
+                           f"{err.strerror or err}") from None
     return target
+
+
+def is_state_file(path: str | Path) -> bool:
+    """Whether ``path`` is a regular file; a path the system refuses (a name over NAME_MAX,
+    a file as a directory) is bad input, not an error of ours."""
+    try:
+        return Path(path).is_file()
+    except OSError as err:
+        raise InvalidInput(f"bad NVML state file path {printable(str(path))}: "
+                           f"{err.strerror or err}") from None
 
 
 def env(state_path: str | Path) -> dict[str, str]:
     """The variables a process needs to see the node: library first on the loader path."""
     path = Path(state_path).resolve()
-    if not path.is_file():
-        raise InvalidInput(f"no NVML state file at {path}")
+    if not is_state_file(path):
+        raise InvalidInput(f"no NVML state file at {printable(str(path))}")
     lib = str(libdir())
     old = os.environ.get("LD_LIBRARY_PATH", "")
     parts = [lib, *(p for p in old.split(":") if p and p != lib)]

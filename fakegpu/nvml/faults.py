@@ -8,10 +8,10 @@ import ctypes
 import functools
 from pathlib import Path
 
-from fakegpu.errors import FakegpuError, InvalidInput
-from fakegpu.topology.model import FaultKind
+from fakegpu.errors import FakegpuError, InvalidInput, printable
+from fakegpu.topology.model import MAX_XID, FaultKind
 
-from . import env
+from . import env, state
 
 _KIND_CODES = {
     FaultKind.XID: 1, FaultKind.ECC_DBE: 2, FaultKind.GPU_LOST: 3,
@@ -51,15 +51,53 @@ def _check(rc: int, what: str) -> None:
         raise FaultError(f"{what}: {_NVML_NAMES.get(rc, f'NVML error {rc}')}")
 
 
+def _validate(state_path: str | Path, gpu: int, kind: FaultKind | None, value: int | None,
+              clear: bool) -> None:
+    """Refuse a request the library would wrap or misread, before anything is written.
+
+    ctypes passes the GPU index as a C unsigned int and the value as a long long, so an
+    unchecked 4294967296 would become GPU 0; a value a fault does not take would be ignored.
+    """
+    for what, number in (("GPU index", gpu), ("value", value)):
+        if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
+            raise InvalidInput(f"{what} {number!r} is not an integer")
+    if kind is None or kind not in NEEDS_VALUE or (clear and kind is FaultKind.XID):
+        if value is not None:
+            what = f"fault {kind.value}" if kind is not None else "clearing every fault"
+            raise InvalidInput(f"{what} takes no value (got {value})")
+    elif value is None and not clear:
+        what = "the XID" if kind is FaultKind.XID else "the link"
+        raise InvalidInput(f"fault {kind.value} needs a value ({what})")
+    if kind is FaultKind.XID and value is not None and not 1 <= value <= MAX_XID:
+        raise InvalidInput(f"XID {value} is out of range, expected 1..{MAX_XID}")
+    _check(check_state(state_path), f"state file {printable(str(state_path))}")
+    gpus, links = _shape(state_path)
+    if not 0 <= gpu < len(links):
+        raise InvalidInput(f"GPU index {gpu} is out of range: the node has GPUs "
+                           f"0..{gpus - 1}")
+    if kind is FaultKind.NVLINK_DOWN and value is not None and not 0 <= value < links[gpu]:
+        have = f"links 0..{links[gpu] - 1}" if links[gpu] else "no NVLinks"
+        raise InvalidInput(f"link {value} is out of range: GPU {gpu} has {have}")
+
+
+def _shape(state_path: str | Path) -> tuple[int, list[int]]:
+    """(GPU count, NVLink count per GPU) from a state file the library has accepted."""
+    with open(state_path, "rb") as handle:
+        header = state.Header.from_buffer_copy(handle.read(ctypes.sizeof(state.Header)))
+        links = []
+        for i in range(header.gpu_count):
+            handle.seek(header.header_size + i * header.gpu_size)
+            static = state.GpuStatic.from_buffer_copy(
+                handle.read(ctypes.sizeof(state.GpuStatic)))
+            links.append(static.link_count)
+    return header.gpu_count, links
+
+
 def inject(state_path: str | Path, gpu: int, kind: FaultKind | str,
            value: int | None = None) -> None:
     """Inject a fault into GPU ``gpu`` (NVML index) of the node whose state file is given."""
     k = _kind(kind)
-    if k in NEEDS_VALUE and value is None:
-        what = "the XID" if k is FaultKind.XID else "the link"
-        raise InvalidInput(f"fault {k.value} needs a value ({what})")
-    if gpu < 0:
-        raise InvalidInput(f"GPU index {gpu} is negative")
+    _validate(state_path, gpu, k, value, clear=False)
     rc = _lib().fakegpu_inject_fault(str(state_path).encode(), gpu, _KIND_CODES[k],
                                      -1 if value is None else value)
     _check(rc, f"inject {k.value} into GPU {gpu}")
@@ -68,10 +106,10 @@ def inject(state_path: str | Path, gpu: int, kind: FaultKind | str,
 def clear(state_path: str | Path, gpu: int, kind: FaultKind | str | None = None,
           value: int | None = None) -> None:
     """Clear one kind of fault (all links for nvlink-down without a value), or all of them."""
-    code = 0 if kind is None else _KIND_CODES[_kind(kind)]
-    if gpu < 0:
-        raise InvalidInput(f"GPU index {gpu} is negative")
-    rc = _lib().fakegpu_clear_fault(str(state_path).encode(), gpu, code,
+    k = None if kind is None else _kind(kind)
+    _validate(state_path, gpu, k, value, clear=True)
+    rc = _lib().fakegpu_clear_fault(str(state_path).encode(), gpu,
+                                    0 if k is None else _KIND_CODES[k],
                                     -1 if value is None else value)
     _check(rc, f"clear faults of GPU {gpu}")
 

@@ -116,3 +116,98 @@ print(json.dumps([n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(i))
                   for i in range(n.nvmlDeviceGetCount())]))
 """)
     assert got == [g.uuid for g in topo.nodes[0].gpus] and len(got) == 72
+
+
+def _dynamic(path: Path) -> list[tuple[int, int, int, int]]:
+    """(lost, last_xid, ecc_dbe_volatile, link_down_mask) of every GPU, read from the file."""
+    data = path.read_bytes()
+    header = st.Header.from_buffer_copy(data)
+    out = []
+    for i in range(header.gpu_count):
+        at = header.header_size + i * header.gpu_size + st.GpuRecord.d.offset
+        d = st.GpuDynamic.from_buffer_copy(data, at)
+        out.append((d.lost, d.last_xid, d.ecc_dbe_volatile, d.link_down_mask))
+    return out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--gpu", "4294967296", "gpu-lost"],  # was GPU 0, exit 0
+    ["--gpu", str(2**64), "gpu-lost"],
+    ["--gpu", "8", "gpu-lost"],  # an 8-GPU node: was exit 1
+    ["--gpu", "-1", "gpu-lost"],
+    ["--gpu", "0", "xid", "0"],  # was exit 1
+    ["--gpu", "0", "xid", "-5"],  # was exit 1
+    ["--gpu", "0", "xid", str(2**64 + 13)],  # was XID 13
+    ["--gpu", "0", "ecc-dbe", "5"],  # the 5 was ignored
+    ["--gpu", "0", "gpu-lost", "1"],
+    ["--gpu", "0", "nvlink-down", "18"],  # links 0-17
+    ["--gpu", "0", "nvlink-down", str(2**64)],
+])
+def test_fault_inject_refuses_out_of_range_before_writing(tmp_path: Path,
+                                                          argv: list[str]) -> None:
+    topo = topology("dgx-h100")
+    state = st.render(topo, topo.nodes[0], tmp_path / "h.state")
+    before = _dynamic(state)
+    out = fakegpu("fault", "inject", "--state", str(state), *argv)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert _dynamic(state) == before
+
+
+@pytest.mark.parametrize("argv", [
+    ["--gpu", "4294967296"],  # clear everything on GPU 0 by wrapping
+    ["--gpu", "8", "xid"],
+    ["--gpu", "0", "ecc-dbe", "5"],
+    ["--gpu", "0", "xid", "13"],  # clearing XIDs clears the last one: no value
+    ["--gpu", "0", "nvlink-down", "64"],
+])
+def test_fault_clear_refuses_out_of_range_before_writing(tmp_path: Path,
+                                                         argv: list[str]) -> None:
+    topo = topology("dgx-h100")
+    state = st.render(topo, topo.nodes[0], tmp_path / "h.state")
+    assert fakegpu("fault", "inject", "--state", str(state), "--gpu", "0",
+                   "gpu-lost").returncode == 0
+    before = _dynamic(state)
+    assert before[0][0] == 1
+    out = fakegpu("fault", "clear", "--state", str(state), *argv)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert _dynamic(state) == before
+
+
+def test_fault_inject_in_range_still_lands(tmp_path: Path) -> None:
+    topo = topology("dgx-h100")
+    state = st.render(topo, topo.nodes[0], tmp_path / "h.state")
+    for argv in (["--gpu", "7", "xid", "999"], ["--gpu", "6", "nvlink-down", "17"],
+                 ["--gpu", "5", "ecc-dbe"]):
+        out = fakegpu("fault", "inject", "--state", str(state), *argv)
+        assert out.returncode == 0, out.stderr
+    after = _dynamic(state)
+    assert after[7][1] == 999 and after[6][3] == 1 << 17 and after[5][2] == 1
+    assert fakegpu("fault", "clear", "--state", str(state), "--gpu", "6", "nvlink-down",
+                   "17").returncode == 0
+    assert _dynamic(state)[6][3] == 0
+
+
+LONG_NAME = "/tmp/" + "a" * 300
+
+
+@pytest.mark.parametrize("bad", ["/proc/nope/x", "/sys/x", LONG_NAME])
+@pytest.mark.parametrize("command", [["nvml", "env"], ["fault", "inject", "--gpu", "0",
+                                                       "gpu-lost"]])
+def test_bad_state_path_is_one_line_exit_2(bad: str, command: list[str]) -> None:
+    out = fakegpu(*command[:2], "--topology", str(FIXTURES / "dgx-h100.yaml"), "--state", bad,
+                  *command[2:])
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("fakegpu: cannot write the NVML state file ")
+
+
+@pytest.mark.parametrize("argv", [["nvml", "env", "--state", LONG_NAME],
+                                  ["smi", "--state", LONG_NAME],
+                                  ["fault", "inject", "--state", LONG_NAME, "--gpu", "0",
+                                   "gpu-lost"]])
+def test_over_long_existing_state_path_is_one_line_exit_2(argv: list[str]) -> None:
+    out = fakegpu(*argv)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "File name too long" in out.stderr

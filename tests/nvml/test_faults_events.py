@@ -137,12 +137,15 @@ def test_bad_fault_requests(tmp_path: Path) -> None:
         faults.inject(path, 0, "meltdown")
     with pytest.raises(InvalidInput):
         faults.inject(path, 0, "xid")
-    with pytest.raises(faults.FaultError):
+    # Out-of-range arguments are bad input (exit 2), refused before the library is called.
+    with pytest.raises(InvalidInput, match="GPU index 8 is out of range"):
         faults.inject(path, 8, "xid", 13)  # only GPUs 0-7
-    with pytest.raises(faults.FaultError):
+    with pytest.raises(InvalidInput, match="link 18 is out of range"):
         faults.inject(path, 0, "nvlink-down", 18)  # links 0-17
+    a100 = topology("dgx-a100")
+    a100_path = render_node(tmp_path, a100, a100.nodes[0].name)
     with pytest.raises(faults.FaultError):
-        faults.inject(path, 0, "fabric-degraded")  # no fabric on this node
+        faults.inject(a100_path, 0, "fabric-degraded")  # Ampere: no GPU fabric
     with pytest.raises(faults.FaultError):
         faults.inject(tmp_path / "missing.state", 0, "xid", 13)
 
