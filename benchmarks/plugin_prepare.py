@@ -1,22 +1,43 @@
-"""Prepare latency of the DRA plugin over its real gRPC socket, for 1, 10 and 100 concurrent
-claims (one NodePrepareResources call per claim, all in flight at once, as a kubelet starting
-many pods does). Each round unprepares everything, so every prepare does the full work:
-file lock, checkpoint reload + fsync'd rewrite, CDI spec write.
+"""Prepare + unprepare latency of a DRA kubelet plugin over its real gRPC socket, at 1, 10
+and 100 concurrent claims: each of N workers prepares its own claim (NodePrepareResources, v1,
+one claim per call, as the kubelet sends a one-claim pod's) and unprepares it again, --rounds
+times, so every prepare does the full work.
 
-Claims come from memory, not an apiserver: this measures the plugin, not the network.
-Usage: python benchmarks/plugin_prepare.py [--rounds N]
+Two setups:
+
+- default: fakegpu's plugin in this process, claims from memory (no apiserver): the plugin's
+  own cost (gRPC, files, fsyncs, locks), with the client sharing its GIL.
+- ``--apiserver``: a real etcd + kube-apiserver from the cached Kubernetes binaries (it says so
+  and exits 0 when they are not cached; it never builds them). The claims are created and
+  allocated through the API; the plugin runs as its own process (``fakegpu plugin run`` on a
+  fake NVML node, hgx-h200: 8 GPUs), reads every claim and writes its device status, as on a
+  node. ``--external CMD`` drives another plugin instead, under the same apiserver and client
+  (e.g. the upstream example driver, built outside this tree): CMD is run through the shell
+  with {kubeconfig}, {root} and {node} substituted, and must serve
+  ``{root}/kubelet/plugins/<--external-driver>/dra.sock`` for devices gpu-0..gpu-7 of pool
+  {node}.
+
+Usage: python benchmarks/plugin_prepare.py [--rounds N] [--apiserver [--external CMD
+       --external-driver NAME]] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
+import os
+import shlex
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +48,9 @@ from fakegpu.plugin.driver import Devices, Driver, DriverConfig
 from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from fakegpu.plugin.server import PluginServers, socket_paths
 
-DRIVER, NODE, GPUS = "gpu.fakegpu.dev", "bench-node", 8
+DRIVER, GPUS, CLAIMS, NAMESPACE = "gpu.fakegpu.dev", 8, 100, "bench"
+REPO = Path(__file__).resolve().parents[1]
+CONCURRENCY = (1, 10, 100)
 
 
 def _inventory() -> Inventory:
@@ -38,9 +61,19 @@ def _inventory() -> Inventory:
         pcie_root="pci0000:00") for i in range(GPUS)))
 
 
+def _claim(i: int, driver: str, node: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": NAMESPACE, "name": f"c{i}", "uid": f"uid-{i}"},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": driver}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": driver, "pool": node,
+                 "device": f"gpu-{i % GPUS}"}]}}}}
+
+
 class MemoryClaims:
-    def __init__(self) -> None:
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+    def __init__(self, node: str) -> None:
+        self.claims = {(NAMESPACE, f"c{i}"): _claim(i, DRIVER, node) for i in range(CLAIMS)}
         self.lock = threading.Lock()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
@@ -48,47 +81,154 @@ class MemoryClaims:
             return copy.deepcopy(self.claims[(namespace, name)])
 
     def replace_claim_status(self, claim: dict[str, Any]) -> None:
-        pass
+        with self.lock:
+            key = (claim["metadata"]["namespace"], claim["metadata"]["name"])
+            self.claims[key]["status"] = copy.deepcopy(claim["status"])
+
+
+@contextmanager
+def in_process(root: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    node = "bench-node"
+    cfg = DriverConfig(driver=DRIVER, node=node, state_dir=root / "state", cdi_root=root / "cdi",
+                       write_status=True)
+    driver = Driver(cfg, MemoryClaims(node), Devices(_inventory))
+    servers = PluginServers(driver, socket_paths(root / "kubelet", DRIVER), workers=16)
+    try:
+        yield servers.paths.dra, {f"c{i}": f"uid-{i}" for i in range(CLAIMS)}
+    finally:
+        servers.stop(1)
+        driver.close()
+
+
+@contextmanager
+def with_apiserver(root: Path, external: str | None,
+                   external_driver: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    from kubernetes import client, config
+
+    from fakegpu.cluster import binaries
+    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.nvml import env as nvml
+    from fakegpu.nvml import state
+    from fakegpu.topology.load import load_topology
+
+    bins = binaries.cached()
+    if bins is None:
+        print("no cached Kubernetes binaries (fakegpu cluster up builds them): "
+              "--apiserver skipped")
+        sys.exit(0)
+    topology = load_topology(REPO / "fixtures" / "hgx-h200.yaml")
+    node = topology.nodes[0].name
+    driver = external_driver if external else DRIVER
+    with ControlPlane(root / "cp", bins, controllers=False) as cp:
+        api = config.new_client_from_config(str(cp.kubeconfig))
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+        objects = client.CustomObjectsApi(api)
+        uids = {}
+        for i in range(CLAIMS):
+            body = _claim(i, driver, node)
+            allocation = body.pop("status")
+            del body["metadata"]["uid"]
+            made = objects.create_namespaced_custom_object(
+                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", body)
+            made["status"] = allocation
+            objects.replace_namespaced_custom_object_status(
+                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", f"c{i}", made)
+            uids[f"c{i}"] = made["metadata"]["uid"]
+        log = (root / "plugin.log").open("w")
+        if external:
+            command = external.format(kubeconfig=cp.kubeconfig, root=root, node=node)
+            proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        else:
+            path = state.render(topology, node, root / "node.state")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
+                 "--driver-name", DRIVER, "--kubeconfig", str(cp.kubeconfig),
+                 "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
+                 "--no-slices"],
+                env={**os.environ, **nvml.env(path)}, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        sock = root / "kubelet" / "plugins" / driver / "dra.sock"
+        try:
+            deadline = time.monotonic() + 60
+            while not sock.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the plugin did not start; see {root / 'plugin.log'}:\n"
+                                     + (root / "plugin.log").read_text()[-2000:])
+                time.sleep(0.1)
+            yield sock, uids
+        finally:
+            os.killpg(proc.pid, 15)
+            proc.wait(30)
+            log.close()
+
+
+def measure(sock: Path, uids: dict[str, str], rounds: int,
+            report: Callable[[str], None]) -> dict[str, Any]:
+    stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{sock}"))
+
+    def one(i: int) -> list[tuple[float, float]]:
+        claim = dra_v1_pb2.Claim(namespace=NAMESPACE, name=f"c{i}", uid=uids[f"c{i}"])
+        pairs = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            r = stub.NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim]), timeout=120)
+            assert r.claims[claim.uid].error == "", r.claims[claim.uid].error
+            mid = time.perf_counter()
+            u = stub.NodeUnprepareResources(
+                dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim]), timeout=120)
+            assert u.claims[claim.uid].error == "", u.claims[claim.uid].error
+            pairs.append((mid - start, time.perf_counter() - mid))
+        return pairs
+
+    one(0)  # warm up: connections, caches
+    results: dict[str, Any] = {}
+    report(f"{'concurrent':>10} {'prepare p50':>12} {'p99':>8} {'unprepare p50':>14} {'p99':>8} "
+           f"{'both p50':>9} {'p99':>8} {'samples':>8}   (ms)")
+    for n in CONCURRENCY:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            pairs = [p for got in pool.map(one, range(n)) for p in got]
+        row = {}
+        for label, values in (("prepare", [p for p, _ in pairs]),
+                              ("unprepare", [u for _, u in pairs]),
+                              ("both", [p + u for p, u in pairs])):
+            cuts = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
+            row[label] = {"p50": statistics.median(values) * 1e3, "p99": cuts[98] * 1e3}
+        results[str(n)] = {**row, "samples": len(pairs)}
+        report(f"{n:>10} {row['prepare']['p50']:>12.1f} {row['prepare']['p99']:>8.1f} "
+               f"{row['unprepare']['p50']:>14.1f} {row['unprepare']['p99']:>8.1f} "
+               f"{row['both']['p50']:>9.1f} {row['both']['p99']:>8.1f} {len(pairs):>8}")
+    return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--apiserver", action="store_true",
+                        help="a real kube-apiserver (cached binaries), the plugin as a process")
+    parser.add_argument("--external", metavar="CMD",
+                        help="with --apiserver: drive this plugin command instead of fakegpu's")
+    parser.add_argument("--external-driver", default="gpu.example.com", metavar="NAME")
+    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    if args.external and not args.apiserver:
+        parser.error("--external needs --apiserver (the other plugin reads its claims there)")
     root = Path(tempfile.mkdtemp(prefix="fgb-", dir="/tmp"))
-    store = MemoryClaims()
-    for i in range(100):
-        store.claims[("bench", f"c{i}")] = {
-            "metadata": {"namespace": "bench", "name": f"c{i}", "uid": f"uid-{i}"},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": f"gpu-{i % GPUS}"}]}}}}
-    cfg = DriverConfig(driver=DRIVER, node=NODE, state_dir=root / "state", cdi_root=root / "cdi")
-    servers = PluginServers(Driver(cfg, store, Devices(_inventory)),
-                            socket_paths(root / "kubelet", DRIVER), workers=16)
     try:
-        stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{servers.paths.dra}"))
-
-        def prepare(i: int) -> float:
-            start = time.perf_counter()
-            r = stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[
-                dra_v1_pb2.Claim(namespace="bench", name=f"c{i}", uid=f"uid-{i}")]), timeout=60)
-            assert r.claims[f"uid-{i}"].error == "", r.claims[f"uid-{i}"].error
-            return time.perf_counter() - start
-
-        everything = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[
-            dra_v1_pb2.Claim(namespace="bench", name=f"c{i}", uid=f"uid-{i}") for i in range(100)])
-        print(f"{'concurrent claims':>18} {'p50 ms':>8} {'p99 ms':>8} {'samples':>8}")
-        for n in (1, 10, 100):
-            samples: list[float] = []
-            with ThreadPoolExecutor(max_workers=n) as pool:
-                for _ in range(args.rounds):
-                    samples += pool.map(prepare, range(n))
-                    stub.NodeUnprepareResources(everything, timeout=60)
-            cuts = statistics.quantiles(samples, n=100)
-            print(f"{n:>18} {statistics.median(samples) * 1e3:>8.1f} {cuts[98] * 1e3:>8.1f} "
-                  f"{len(samples):>8}")
+        setup = (with_apiserver(root, args.external, args.external_driver) if args.apiserver
+                 else in_process(root))
+        with setup as (sock, uids):
+            print(f"plugin: {shlex.quote(args.external) if args.external else 'fakegpu'}; "
+                  f"{'apiserver' if args.apiserver else 'claims from memory'}; "
+                  f"rounds {args.rounds}", flush=True)
+            results = measure(sock, uids, args.rounds, lambda line: print(line, flush=True))
+        if args.json:
+            args.json.write_text(json.dumps({"external": args.external,
+                                             "apiserver": args.apiserver,
+                                             "rounds": args.rounds, "results": results},
+                                            indent=1))
     finally:
-        servers.stop(1)
         shutil.rmtree(root, ignore_errors=True)
 
 

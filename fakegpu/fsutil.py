@@ -40,12 +40,14 @@ def move_into_place(tmp: str | Path, path: str | Path) -> Path:
     return path
 
 
-def write_temp(path: str | Path, data: bytes | str, *, mode: int | None = None) -> Path:
+def write_temp(path: str | Path, data: bytes | str, *, mode: int | None = None,
+               sync: bool = True) -> Path:
     """The first half of :func:`atomic_write`: ``data`` in a synced temp file beside ``path``.
 
     For writers that rename many files and sync their directory once (the DRA plugin's
     batches): the caller does ``os.replace(temp, path)`` and then :func:`fsync_dir`, or
-    unlinks the temp.
+    unlinks the temp. ``sync=False`` leaves the fsync to the caller (after the rename, one
+    journal commit instead of two), for files whose readers detect and rebuild a torn copy.
     """
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
@@ -57,7 +59,8 @@ def write_temp(path: str | Path, data: bytes | str, *, mode: int | None = None) 
             handle.flush()
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            if sync:
+                os.fsync(handle.fileno())
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

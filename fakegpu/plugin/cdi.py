@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,17 +64,25 @@ def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
 
 
 def stage_spec(cdi_root: Path, filename: str, spec: dict[str, Any]) -> Path:
-    """The spec in a synced temp file; the caller renames it to ``cdi_root/filename``.
+    """The spec in a temp file; the caller renames it to ``cdi_root/filename``.
 
     The temp name (``.<filename>.<random>.tmp``, fsutil's) is dot-prefixed and not ``.json``:
-    CDI loaders read only ``*.json`` / ``*.yaml``, so the runtime never sees half a spec.
+    CDI loaders read only ``*.json`` / ``*.yaml``, so the runtime never sees half a spec. Not
+    synced: the CDI dir is usually a tmpfs, emptied at boot, and a spec lost or torn by a crash
+    is found by :func:`spec_sound` and written again before a claim is answered from its record.
     """
-    return fsutil.write_temp(Path(cdi_root) / filename, json.dumps(spec, indent=1), mode=0o644)
+    return fsutil.write_temp(Path(cdi_root) / filename, json.dumps(spec, indent=1), mode=0o644,
+                             sync=False)
 
 
-def write_spec(cdi_root: Path, filename: str, spec: dict[str, Any]) -> Path:
-    """Atomic write: the runtime watches the directory and must never read half a spec."""
-    return fsutil.atomic_write(Path(cdi_root) / filename, json.dumps(spec, indent=1), mode=0o644)
+def spec_sound(cdi_root: Path, filename: str, driver: str, device_ids: Sequence[str]) -> bool:
+    """True when the spec exists, parses, and defines every one of ``device_ids``."""
+    try:
+        spec = json.loads((Path(cdi_root) / filename).read_bytes())
+        defined = {d["name"] for d in spec["devices"]} if spec["kind"] == kind(driver) else set()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all(i.partition("=")[2] in defined for i in device_ids)
 
 
 def remove_spec(cdi_root: Path, filename: str) -> None:
@@ -85,3 +94,13 @@ def remove_stale_temps(cdi_root: Path, driver: str) -> list[Path]:
     if not Path(cdi_root).is_dir():
         return []
     return fsutil.remove_stale_temps(cdi_root, spec_filename(driver, "*"))
+
+
+def claim_specs(cdi_root: Path, driver: str) -> dict[str, Path]:
+    """Claim UID -> this driver's spec file in ``cdi_root`` (other drivers' are not ours)."""
+    suffix = ".json"
+    prefix = spec_filename(driver, "")[:-len(suffix)]
+    if not Path(cdi_root).is_dir():
+        return {}
+    return {p.name[len(prefix):-len(suffix)]: p
+            for p in Path(cdi_root).glob(spec_filename(driver, "*"))}

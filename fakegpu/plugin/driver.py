@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fakegpu import fsutil
 from fakegpu.errors import FakegpuError
 
 from . import cdi, checkpoint, names
@@ -116,6 +115,12 @@ class Driver:
                 self._records.recover()
                 for tmp in cdi.remove_stale_temps(self.cfg.cdi_root, self.cfg.driver):
                     log.info("removed a temp file a killed writer left: %s", tmp)
+                # Specs are not synced and are removed after their record: a crash can leave
+                # one whose record is gone (or never was). No claim refers to it.
+                for uid, spec in cdi.claim_specs(self.cfg.cdi_root, self.cfg.driver).items():
+                    if not names.problem(uid) and not self._records.path(uid).exists():
+                        spec.unlink(missing_ok=True)
+                        log.info("removed a CDI spec no prepared claim refers to: %s", spec)
         except LockTimeout as err:  # a busy peer: the next start cleans up instead
             log.warning("skipped startup cleanup: %s", err)
         except OSError as err:
@@ -141,7 +146,7 @@ class Driver:
                 results[ref.uid] = PrepareResult(None, f"ResourceClaim {bad}")
                 continue
             try:
-                done = self._records.get(ref.uid)
+                done = self._prepared(ref.uid)
             except OSError as err:
                 results[ref.uid] = PrepareResult(None, f"state unavailable: {err}")
                 continue
@@ -169,40 +174,55 @@ class Driver:
         results: dict[str, PrepareResult] = {}
         staged: dict[str, _Staged] = {}
         committed: list[PreparedClaim] = []
+        # The status write (an apiserver round trip) runs while the files are written,
+        # renamed into place and synced; a claim whose status write fails is rolled back.
+        status: dict[str, Future[str]] = {}
+        if self._status is not None:
+            status = {uid: self._status.submit(self._write_status, fetched[uid], plan)
+                      for uid, plan in plans.items()}
         try:
             with self._lock.staging():
-                # The status write (an apiserver round trip) runs while the files are written.
-                status: dict[str, Future[str]] = {}
-                if self._status is not None:
-                    status = {uid: self._status.submit(self._write_status, fetched[uid], plan)
-                              for uid, plan in plans.items()}
                 for uid, plan in plans.items():
                     try:
                         staged[uid] = self._stage(plan)
                     except OSError as err:
                         results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
-                for uid, future in status.items():
-                    if error := future.result():
-                        results[uid] = PrepareResult(None, error)
-                        if uid in staged:
-                            staged.pop(uid).discard()
                 committed = self._commit(staged, results)
-            if committed:
-                # One sync per directory and batch; specs first, so a durable record always
-                # has its spec.
-                fsutil.fsync_dir(self.cfg.cdi_root)
-                self._records.sync()
-        except OSError as err:  # the lock, or the final sync: nothing is known to be durable
+            if committed:  # durable before the kubelet hears of it: one journal commit
+                self._records.sync(c.uid for c in committed)
+        except OSError as err:  # the lock, or the sync: nothing is known to be durable
             for uid in staged:
                 results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
-            return results
         finally:
             for entry in staged.values():
                 entry.discard()  # no-op for the ones renamed into place
-        for prepared in committed:
-            log.info("prepared claim=%s/%s uid=%s devices=%s", prepared.namespace, prepared.name,
-                     prepared.uid, ",".join(d.device_name for d in prepared.devices))
+        ours = {c.uid: c for c in committed}
+        refused = []
+        for uid, future in status.items():
+            # Only a claim this call prepared is undone: one answered from another call's
+            # record had its status written by that call.
+            if (error := future.result()) and uid in ours:
+                results[uid] = PrepareResult(None, error)
+                refused.append(ours.pop(uid))
+        if refused:
+            self._roll_back(refused)
+        for prepared in ours.values():
+            if not results[prepared.uid].error:
+                log.info("prepared claim=%s/%s uid=%s devices=%s", prepared.namespace,
+                         prepared.name, prepared.uid,
+                         ",".join(d.device_name for d in prepared.devices))
         return results
+
+    def _roll_back(self, claims: list[PreparedClaim]) -> None:
+        """Forget claims this call recorded: the record first, as unprepare does."""
+        try:
+            with self._lock.commit():
+                for claim in claims:
+                    self._records.remove(claim.uid)
+                    cdi.remove_spec(self.cfg.cdi_root, claim.cdi_spec)
+            self._records.sync()
+        except OSError as err:  # the claim's error is reported; unprepare removes the rest
+            log.error("cannot roll back claims %s: %s", ",".join(c.uid for c in claims), err)
 
     def _stage(self, plan: ClaimPlan) -> _Staged:
         prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance)
@@ -222,7 +242,7 @@ class Driver:
         with self._lock.commit():
             for uid, entry in staged.items():
                 try:
-                    existing = self._records.get(uid, repair=True)
+                    existing = self._prepared(uid, repair=True)
                     if existing is not None:
                         results[uid] = PrepareResult(existing)
                         continue
@@ -239,6 +259,21 @@ class Driver:
                 results[uid] = PrepareResult(entry.claim)
                 committed.append(entry.claim)
         return committed
+
+    def _prepared(self, uid: str, repair: bool = False) -> PreparedClaim | None:
+        """The claim's record when its CDI spec is sound too: a spec lost with a tmpfs at
+        boot, or torn by a crash, makes the claim count as unprepared, so it is written
+        again instead of answering CDI ids the runtime cannot resolve."""
+        record = self._records.get(uid, repair=repair)
+        if record is None:
+            return None
+        ids = [i for d in record.devices for i in d.cdi_device_ids]
+        if not cdi.spec_sound(self.cfg.cdi_root, record.cdi_spec, self.cfg.driver, ids):
+            if repair:
+                log.warning("claim uid=%s has a record but no sound CDI spec %s: preparing it "
+                            "again", uid, record.cdi_spec)
+            return None
+        return record
 
     def _plan(self, claim: dict[str, Any], ref: ClaimRef) -> ClaimPlan:
         inventory = self._devices.current()
@@ -267,9 +302,8 @@ class Driver:
                         results[ref.uid] = ""
                     except OSError as err:
                         results[ref.uid] = f"cannot unprepare: {err}"
-            if removed:
+            if removed:  # the specs' removal is not synced: recover() removes orphans
                 self._records.sync()
-                fsutil.fsync_dir(self.cfg.cdi_root)
         except OSError as err:
             return {r.uid: f"cannot unprepare: {err}" for r in refs}
         for ref in removed:

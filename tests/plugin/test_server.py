@@ -259,14 +259,19 @@ def test_startup_removes_temp_files_killed_writers_left(short_tmp: Path) -> None
     ours = [state / ".checkpoint-u3k2l1.tmp",  # the previous release's names
             cdi_dir / ".gpu_fakegpu_dev-claim_u-1.json.a8f2k1.tmp",
             state / "claims" / ".u-1.json.x1y2z3.tmp"]  # this release's record temps
-    theirs = cdi_dir / ".other_vendor-claim_u-1.json.a8f2k1.tmp"  # another driver's: not ours
+    theirs = [cdi_dir / ".other_vendor-claim_u-1.json.a8f2k1.tmp",  # another driver's files
+              cdi_dir / "other_vendor-claim_u-1.json"]
     (state / "claims").mkdir()
-    for path in [*ours, theirs]:
+    # A spec whose record a crash took (specs are removed after records, and not synced).
+    orphan = cdi_dir / "gpu_fakegpu_dev-claim_u-2.json"
+    kept = cdi_dir / "gpu_fakegpu_dev-claim_u-3.json"
+    (state / "claims" / "u-3.json").write_text("{}")
+    for path in [*ours, *theirs, orphan, kept]:
         path.write_text("{")
     try:
         node.start()
-        assert [p for p in ours if p.exists()] == []
-        assert theirs.exists()
+        assert [p for p in [*ours, orphan] if p.exists()] == []
+        assert all(p.exists() for p in [*theirs, kept])
     finally:
         for s in node.servers:
             s.stop(1)
@@ -364,7 +369,8 @@ def test_claims_an_instance_of_the_previous_release_prepares_are_picked_up(node:
                      "cdi_device_ids": ids, "share_id": ""}]}}}
     (node.root / "state" / "checkpoint.json").write_text(json.dumps(old))
     node.cdi.mkdir(exist_ok=True)
-    (node.cdi / "gpu_fakegpu_dev-claim_u-old.json").write_text("{}")
+    (node.cdi / "gpu_fakegpu_dev-claim_u-old.json").write_text(json.dumps(
+        {"cdiVersion": "0.6.0", "kind": f"{DRIVER}/gpu", "devices": [{"name": "u-old-gpu-2"}]}))
     node.store.add(claim("new", "u-new", ["gpu-0"]))
     r = _prepare(stub, ("default", "new", "u-new"), ("default", "old", "u-old"))
     assert r.claims["u-new"].error == ""
@@ -372,3 +378,21 @@ def test_claims_an_instance_of_the_previous_release_prepares_are_picked_up(node:
     assert not (node.root / "state" / "checkpoint.json").exists()
     assert _unprepare(stub, ("default", "old", "u-old")).claims["u-old"].error == ""
     assert [p.name for p in node.cdi.glob("*.json")] == ["gpu_fakegpu_dev-claim_u-new.json"]
+
+
+@pytest.mark.parametrize("damage", ["lost", "torn"])
+def test_a_record_whose_spec_is_gone_is_prepared_again(node: Node, damage: str) -> None:
+    """The CDI dir is usually a tmpfs: after a reboot the records remain, the specs do not
+    (and specs are not fsynced: a crash may leave one torn). Answering from the record alone
+    would hand the runtime CDI ids it cannot resolve."""
+    stub = node.dra(node.start(), "v1")
+    node.store.add(claim("c", "u-c", ["gpu-3"]))
+    first = _prepare(stub, ("default", "c", "u-c")).claims["u-c"]
+    spec = node.cdi / "gpu_fakegpu_dev-claim_u-c.json"
+    good = spec.read_text()
+    if damage == "lost":
+        spec.unlink()
+    else:
+        spec.write_text("")
+    assert _prepare(stub, ("default", "c", "u-c")).claims["u-c"] == first
+    assert spec.read_text() == good
