@@ -95,7 +95,7 @@ def _driver(report: Report, raw: Any) -> Driver | None:
         if data is None:
             return None
         version = report.get(data, "version", "driver", str, default=DEFAULT_DRIVER[0])
-        if version is not None and not _DRIVER_VERSION.match(version):
+        if version is not None and not _DRIVER_VERSION.fullmatch(version):
             report.add("driver.version", f"is '{version}', expected a driver version like "
                                          "'580.95.05'")
             version = None
@@ -197,7 +197,7 @@ def expand_name(pattern: str) -> list[str] | str:
 
 
 def _good_name(name: str) -> bool:
-    return len(name) <= 63 and _NODE_NAME.match(name) is not None
+    return len(name) <= 63 and _NODE_NAME.fullmatch(name) is not None
 
 
 def _bad_name(name: str) -> str:

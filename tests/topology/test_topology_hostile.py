@@ -180,3 +180,12 @@ def test_switches_that_fit_get_unique_buses() -> None:
     ids = [g.pci.bus_id for g in node.gpus] + [s.pci.bus_id for s in node.nvswitches]
     assert len(ids) == len(set(ids)) == 46
     assert max(s.pci.bus for s in node.nvswitches) <= 0xFF
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('name: t\nnodes: [{name: "a\\n", gpus: {product: B200, count: 1}}]\n', "nodes[0].name"),
+    ('name: t\ndriver: {version: "580.95.05\\n"}\n' + NODES, "driver.version"),
+])
+def test_a_trailing_newline_is_not_a_valid_name(text: str, field: str) -> None:
+    # `$` matches before a final newline: "a\n" passed as a Kubernetes node name.
+    assert _one_line(text).startswith(f"t.yaml: {field}: ")
