@@ -9,6 +9,8 @@ exports, see faults.py) change it, under its lock and journal protocol.
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import os
 import uuid as uuidlib
 import zlib
 from pathlib import Path
@@ -29,7 +31,7 @@ from fakegpu.topology.model import (
 )
 
 MAGIC = b"FAKEGPU\0"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 MAX_GPUS = 256
 MAX_LINKS = 36
 MAX_PROFILES = 16
@@ -56,6 +58,11 @@ FABRIC_STATES = {
 REMOTE_TYPES = {RemoteType.GPU: 0, RemoteType.SWITCH: 2}
 NVSWITCH_PCI_DEVICE_ID = 0x22A3  # NVSwitch gen 3 (uncertain for gen 4); vendor 0x10de added
 NVIDIA_VENDOR = 0x10DE
+# nvmlDeviceAddressingModeType_t. ATS needs a cache-coherent link to the CPU (NVLink-C2C to
+# Grace); x86 hosts mirror CPU page tables in software (HMM, open kernel modules on a recent
+# kernel). Products that only ship on a Grace host, by catalog key:
+ADDRESSING_HMM, ADDRESSING_ATS = 1, 2
+GRACE_HOSTED = frozenset({"GB200"})
 # compute slices -> NVML_COMPUTE_INSTANCE_PROFILE_*
 CI_PROFILES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
@@ -113,7 +120,8 @@ class GpuStatic(ctypes.Structure):
         ("clique_id", ctypes.c_uint32), ("mig_capable", ctypes.c_uint32),
         ("mig_memory_slices", ctypes.c_uint32), ("mig_compute_slices", ctypes.c_uint32),
         ("mig_max_gpu_instances", ctypes.c_uint32), ("profile_count", ctypes.c_uint32),
-        ("profiles", Profile * MAX_PROFILES),
+        ("profiles", Profile * MAX_PROFILES), ("addressing_mode", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     ]
 
 
@@ -274,6 +282,13 @@ def _remote_pci_device_id(topology: Topology, link_remote_node: str, gpu_index: 
     return (remote.product.pci_device_id << 16) | NVIDIA_VENDOR
 
 
+def _on_node_nvswitch(architecture: str, node: Node, gpu: Gpu) -> bool:
+    """Hopper or newer (GPU fabric info starts there) with NVLinks to this node's NVSwitches."""
+    return architecture not in ("ampere",) and any(
+        link.remote_type is RemoteType.SWITCH and link.remote_node == node.name
+        for link in gpu.nvlinks)
+
+
 def gpu_record(topology: Topology, node: Node, gpu: Gpu) -> GpuRecord:
     """One GPU as the library reads it."""
     rec = GpuRecord()
@@ -317,6 +332,13 @@ def gpu_record(topology: Topology, node: Node, gpu: Gpu) -> GpuRecord:
         r.remote_node = _text(link.remote_node, 64, "node name")
         if link.state is LinkState.DOWN:
             d.link_down_mask |= 1 << link.link
+    s.addressing_mode = ADDRESSING_ATS if p.key in GRACE_HOSTED else ADDRESSING_HMM
+    if gpu.fabric is None and _on_node_nvswitch(p.architecture, node, gpu):
+        # NVSwitch systems (DGX/HGX H100, H200, B200): the fabric manager trains the node's
+        # switches and the GPU reports a completed fabric with no cluster (all-zero UUID,
+        # clique 0), which NVIDIA's driver reads as "NVLink, but not multi-node".
+        s.fabric_present = 1
+        s.fabric_state = FABRIC_STATES[FabricState.COMPLETED]
     if gpu.fabric is not None:
         s.fabric_present = 1
         s.fabric_state = FABRIC_STATES[gpu.fabric.state]
@@ -369,7 +391,36 @@ def render(topology: Topology, node: str | Node, path: str | Path) -> Path:
         except KeyError:
             names = ", ".join(n.name for n in topology.nodes)
             raise InvalidInput(f"no node {node!r} in topology {topology.name} ({names})") from None
-    return atomic_write(Path(path), render_bytes(topology, node))
+    data = render_bytes(topology, node)
+    old = _open_replaced(Path(path))
+    try:
+        # 0644: readers (containers, monitoring) need no write access; changes need the owner
+        atomic_write(Path(path), data, mode=0o644)
+        if old is not None:
+            _retire(old)
+    finally:
+        if old is not None:
+            os.close(old)
+    return Path(path)
+
+
+def _open_replaced(path: Path) -> int | None:
+    """The state file a render is about to replace (not through a symlink), or None."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _retire(fd: int) -> None:
+    """Clear the replaced file's magic under the writers' lock: clients still mapping it check
+    the magic on every access, notice, and open the path again (docs/nvml.md)."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        if os.pread(fd, len(MAGIC), 0) == MAGIC:
+            os.pwrite(fd, bytes(len(MAGIC)), 0)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def read_header(path: str | Path) -> Header:

@@ -22,6 +22,7 @@ type expectedGpu struct {
 	Clique    string `json:"clique"`
 	Links     int    `json:"links"`
 	MigCap    bool   `json:"mig_capable"`
+	MigDevs   int    `json:"mig_devices"`
 }
 
 type expected struct {
@@ -112,7 +113,9 @@ func TestGoNvmlReadsTheNode(t *testing.T) {
 		}
 		fab, ret := dev.GetGpuFabricInfo()
 		clique := ""
-		if ret == nvml.SUCCESS && fab.State == nvml.GPU_FABRIC_STATE_COMPLETED {
+		// NVIDIA's driver: a completed fabric with an all-zero cluster UUID (an NVSwitch
+		// system without multi-node NVLink) has no clique
+		if ret == nvml.SUCCESS && fab.State == nvml.GPU_FABRIC_STATE_COMPLETED && fab.ClusterUuid != [16]uint8{} {
 			u := fab.ClusterUuid
 			clique = fmt.Sprintf("%x-%x-%x-%x-%x.%d", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16], fab.CliqueId)
 		} else if ret != nvml.ERROR_NOT_SUPPORTED && ret != nvml.SUCCESS {
@@ -152,6 +155,13 @@ func TestGoNvlibEnumerates(t *testing.T) {
 		}
 		if migCapable != exp.Gpus[i].MigCap {
 			t.Errorf("device %d: MIG capable %v, want %v", i, migCapable, exp.Gpus[i].MigCap)
+		}
+		// what nvidia-ctk cdi generate does for every GPU, MIG on or off
+		migs, err := d.GetMigDevices()
+		if err != nil {
+			t.Errorf("device %d: GetMigDevices: %v", i, err)
+		} else if len(migs) != exp.Gpus[i].MigDevs {
+			t.Errorf("device %d: %d MIG devices, want %d", i, len(migs), exp.Gpus[i].MigDevs)
 		}
 	}
 }

@@ -20,13 +20,17 @@ pytestmark = pytest.mark.integration
 GO_DIR = Path(__file__).resolve().parents[1] / "go"
 
 
-@pytest.mark.parametrize("fixture", ["dgx-h100", "gb200-mini"])
-def test_go_nvml(fixture: str, tmp_path: Path) -> None:
+# mixed/a100-0 has a GPU with MIG on and instances, one with MIG on and none, and two with
+# MIG off: go-nvlib's GetMigDevices must enumerate each (nvidia-ctk cdi generate relies on it).
+@pytest.mark.parametrize(("fixture", "node_name"), [
+    ("dgx-h100", None), ("gb200-mini", None), ("mixed", "a100-0"),
+])
+def test_go_nvml(fixture: str, node_name: str | None, tmp_path: Path) -> None:
     go = shutil.which("go")
     if go is None:
         pytest.skip("Go is not installed")
     topo = topology(fixture)
-    node = topo.nodes[-1]
+    node = topo.nodes[-1] if node_name is None else topo.node(node_name)
     path = render_node(tmp_path, topo, node.name)
     expect = {
         "driver": topo.driver.version,
@@ -37,6 +41,7 @@ def test_go_nvml(fixture: str, tmp_path: Path) -> None:
             f"{uuid.UUID(g.fabric.cluster_uuid)}.{g.fabric.clique_id}",
             "links": sum(1 for link in g.nvlinks if link.state is LinkState.UP),
             "mig_capable": g.product.mig is not None,
+            "mig_devices": len(g.mig.instances) if g.mig.enabled else 0,
         } for g in node.gpus],
     }
     expect_file = tmp_path / "expect.json"

@@ -13,7 +13,7 @@ from fakegpu.nvml import state
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import LinkState, RemoteType, Topology
 
-from .conftest import FIXTURE_FILES, py_json
+from .conftest import FIXTURE_FILES, FIXTURES, py_json
 
 # One interpreter per fixture walks every node: re-init with another FAKEGPU_NVML_STATE.
 PROBE = """
@@ -108,7 +108,12 @@ def test_fixture_reads_back(fixture: Path, tmp_path: Path) -> None:
                 == expected_links
             if p.nvlink is not None:
                 assert {link["version"] for link in g["links"]} <= {p.nvlink.generation}
-            if gpu.fabric is None:
+            on_switch = any(k.remote_type is RemoteType.SWITCH and k.remote_node == node.name
+                            for k in gpu.nvlinks)
+            if gpu.fabric is None and on_switch and p.architecture != "ampere":
+                # an NVSwitch system without multi-node NVLink: completed, no cluster
+                assert g["fabric"] == ["00" * 16, 0, 3]
+            elif gpu.fabric is None:
                 assert g["fabric"] is None
             else:
                 assert g["fabric"] == [uuid.UUID(gpu.fabric.cluster_uuid).bytes.hex(),
@@ -132,3 +137,54 @@ def test_remote_gpu_peers_resolve(tmp_path: Path) -> None:
                         assert link.remote_gpu_index is not None
                         peer = topo.node(link.remote_node).gpu(link.remote_gpu_index)
                         assert peer.pci == link.remote_pci
+
+
+FIDELITY = """
+import json, pynvml as n
+n.nvmlInit()
+out = []
+for i in range(n.nvmlDeviceGetCount()):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    mode = n.nvmlDeviceGetAddressingMode(h)
+    try:
+        f = n.c_nvmlGpuFabricInfo_v3_t()
+        f.version = n.nvmlGpuFabricInfo_v3
+        n.nvmlDeviceGetGpuFabricInfoV(h, n.byref(f))
+        fabric = [bytes(f.clusterUuid).hex() == "00" * 16, f.cliqueId, f.state, f.status]
+    except n.NVMLError_NotSupported:
+        fabric = None
+    out.append([n.nvmlDeviceGetName(h), mode, fabric])
+print(json.dumps(out[0]))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("product,nvlink,mode,fabric", [
+    # x86 HGX parts: HMM; NVSwitch inside the node: completed fabric, no cluster (issue 15)
+    ("B200", "switched", 1, [True, 0, 3, 0]),
+    ("H100-SXM5-80GB", "switched", 1, [True, 0, 3, 0]),
+    # Ampere predates GPU fabric info; a PCIe-only Hopper has no fabric to report
+    ("A100-SXM4-80GB", "switched", 1, None),
+    ("H100-SXM5-80GB", "none", 1, None),
+])
+def test_addressing_mode_and_switch_fabric(tmp_path: Path, product: str, nvlink: str, mode: int,
+                                           fabric: list[Any] | None) -> None:
+    """issue 15: B200 (an x86 part) answered ATS; NVSwitch systems had no fabric info."""
+    src = tmp_path / "t.yaml"
+    src.write_text(f"name: t\nseed: 1\ndriver: {{version: \"580.95.05\", cuda_version: \"13.0\"}}\n"
+                   f"nodes:\n  - name: n0\n    gpus: {{product: {product}, count: 4}}\n"
+                   f"    nvlink: {nvlink}\n")
+    topo = load_topology(src)
+    path = state.render(topo, "n0", tmp_path / "n0.state")
+    got = py_json(path, FIDELITY)
+    assert got == [topo.nodes[0].gpus[0].product.name, mode, fabric]
+
+
+@pytest.mark.integration
+def test_grace_part_answers_ats(tmp_path: Path) -> None:
+    topo = load_topology(FIXTURES / "gb200-mini.yaml")
+    path = state.render(topo, topo.nodes[0].name, tmp_path / "n.state")
+    got = py_json(path, FIDELITY)
+    gpu = topo.nodes[0].gpus[0]
+    assert gpu.fabric is not None
+    assert got == [gpu.product.name, 2, [False, gpu.fabric.clique_id, 3, 0]]

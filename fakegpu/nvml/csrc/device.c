@@ -19,7 +19,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
     const struct fgs_gpu_static *s = fg_static(ref.gpu);
     if (!ref.is_mig) return fg_copy_str(name, length, s->name);
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     const struct fgs_profile *p = fg_gi_profile(ref.gpu, &d, ref.gi_slot);
     char buf[FGS_STR + 48];
     snprintf(buf, sizeof(buf), "%s MIG %s", s->name, p->name);
@@ -32,7 +32,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
     FG_DEVICE(device, ref, uuid);
     if (!ref.is_mig) return fg_copy_str(uuid, length, fg_static(ref.gpu)->uuid);
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     char buf[FGS_STR];
     fg_mig_uuid(ref.gpu, d.gis[ref.gi_slot].id, d.gis[ref.gi_slot].cis[ref.ci_slot].id, buf,
                 sizeof(buf));
@@ -83,26 +83,27 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 }
 
 /* total, reserved, used of a device (whole GPU or MIG device) */
-static void memory_of(const struct fg_ref *ref, unsigned long long *total,
-                      unsigned long long *reserved)
+static nvmlReturn_t memory_of(const struct fg_ref *ref, unsigned long long *total,
+                              unsigned long long *reserved)
 {
     const struct fgs_gpu_static *s = fg_static(ref->gpu);
     if (!ref->is_mig) {
         *total = s->memory_total;
         *reserved = s->memory_reserved;
-        return;
+        return NVML_SUCCESS;
     }
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref->gpu, &d);
+    FG_TRY(fg_read_dyn(ref->gpu, &d));
     *total = fg_gi_profile(ref->gpu, &d, ref->gi_slot)->memory_mib * MIB;
     *reserved = 0;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     FG_DEVICE(device, ref, memory);
     unsigned long long total, reserved;
-    memory_of(&ref, &total, &reserved);
+    FG_TRY(memory_of(&ref, &total, &reserved));
     memory->total = total;
     memory->used = reserved; /* v1 counts the driver reservation as used */
     memory->free = total - reserved;
@@ -114,7 +115,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     FG_DEVICE(device, ref, memory);
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     unsigned long long total, reserved;
-    memory_of(&ref, &total, &reserved);
+    FG_TRY(memory_of(&ref, &total, &reserved));
     memory->total = total;
     memory->reserved = reserved;
     memory->used = 0;
@@ -340,7 +341,7 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     if (errorType > NVML_MEMORY_ERROR_TYPE_UNCORRECTED || counterType > NVML_AGGREGATE_ECC)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     *eccCounts = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? d.ecc_dbe_volatile : 0;
     return NVML_SUCCESS;
 }
@@ -363,10 +364,8 @@ nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressi
 {
     FG_DEVICE(device, ref, mode);
     if (mode->version != nvmlDeviceAddressingMode_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    /* Grace-based systems (GB200) use ATS; x86 Hopper/Ampere systems use HMM */
-    mode->value = fg_static(ref.gpu)->architecture >= NVML_DEVICE_ARCH_BLACKWELL
-                      ? NVML_DEVICE_ADDRESSING_MODE_ATS
-                      : NVML_DEVICE_ADDRESSING_MODE_HMM;
+    /* rendered per product (state.py): ATS needs a coherent CPU link, i.e. a Grace host */
+    mode->value = fg_static(ref.gpu)->addressing_mode;
     return NVML_SUCCESS;
 }
 
@@ -374,7 +373,7 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
 {
     FG_DEVICE(device, ref, mode);
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     *mode = d.persistence_mode ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }

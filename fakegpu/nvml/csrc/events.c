@@ -14,6 +14,8 @@
 
 struct nvmlEventSet_st {
     int used;
+    uint32_t bank;                     /* the node's handle bank when created */
+    uint64_t serial;                   /* the mapping the cursor counts in */
     uint64_t cursor;                   /* next event_seq to look at */
     unsigned long long mask[FGS_MAX_GPUS];
 };
@@ -21,25 +23,35 @@ struct nvmlEventSet_st {
 static struct nvmlEventSet_st sets[FG_MAX_EVENT_SETS];
 static pthread_mutex_t sets_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-/* caller holds sets_mutex */
-static struct nvmlEventSet_st *set_of(nvmlEventSet_t set)
+/* caller holds sets_mutex; a set made before nvmlInit on another node's file is stale */
+static struct nvmlEventSet_st *set_any(nvmlEventSet_t set)
 {
     uintptr_t u = (uintptr_t)set, b = (uintptr_t)sets;
     if (u < b || u >= b + sizeof(sets) || (u - b) % sizeof(sets[0]) != 0) return NULL;
     return set->used ? set : NULL;
 }
 
+static struct nvmlEventSet_st *set_of(nvmlEventSet_t set)
+{
+    struct nvmlEventSet_st *s = set_any(set);
+    return s != NULL && s->bank == fg_handles_bank() ? s : NULL;
+}
+
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 {
     FG_CHECK_INIT();
     FG_CHECK_PTR(set);
+    struct fg_events ev = {NULL, 0, 0, 0, 0};
+    if (fg_store_is_open()) FG_TRY(fg_events(&ev));
     nvmlReturn_t rc = NVML_ERROR_MEMORY;
     pthread_mutex_lock(&sets_mutex);
     for (uint32_t i = 0; i < FG_MAX_EVENT_SETS; i++) {
         if (sets[i].used) continue;
         memset(&sets[i], 0, sizeof(sets[i]));
         sets[i].used = 1;
-        sets[i].cursor = fg_store_is_open() ? fg_event_seq() : 0;
+        sets[i].bank = fg_handles_bank();
+        sets[i].serial = ev.serial;
+        sets[i].cursor = ev.head;
         *set = &sets[i];
         rc = NVML_SUCCESS;
         break;
@@ -52,7 +64,7 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
     FG_CHECK_INIT();
     pthread_mutex_lock(&sets_mutex);
-    struct nvmlEventSet_st *s = set_of(set);
+    struct nvmlEventSet_st *s = set_any(set); /* a stale set may still be freed */
     if (s != NULL) s->used = 0;
     pthread_mutex_unlock(&sets_mutex);
     return s != NULL ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
@@ -84,24 +96,31 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
 static nvmlReturn_t poll_once(nvmlEventSet_t set, nvmlEventData_t *data, int *found)
 {
     *found = 0;
+    struct fgs_event ring[FGS_EVENT_RING];
+    struct fg_events ev = {ring, 0, 0, 0, 0};
+    FG_TRY(fg_events(&ev));
     pthread_mutex_lock(&sets_mutex);
     struct nvmlEventSet_st *s = set_of(set);
     if (s == NULL) {
         pthread_mutex_unlock(&sets_mutex);
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    uint64_t head = fg_event_seq();
-    if (head - s->cursor > FGS_EVENT_RING) s->cursor = head - FGS_EVENT_RING; /* lost old ones */
-    while (s->cursor < head && !*found) {
-        struct fgs_event ev;
-        int valid = fg_event_at(s->cursor, &ev);
+    if (s->serial != ev.serial) {
+        /* re-init or a re-rendered file: deliver what was posted since the client mapped it */
+        s->serial = ev.serial;
+        s->cursor = ev.first;
+    }
+    if (ev.head < s->cursor) s->cursor = ev.head; /* a file was copied over it: count afresh */
+    if (s->cursor < ev.oldest) s->cursor = ev.oldest; /* older ones were overwritten */
+    while (s->cursor < ev.head && !*found) {
+        const struct fgs_event *e = &ring[s->cursor % FGS_EVENT_RING];
         s->cursor++;
-        if (!valid || ev.gpu >= fg_gpu_count || !(s->mask[ev.gpu] & ev.event_type)) continue;
-        data->device = fg_device_handle(ev.gpu);
-        data->eventType = ev.event_type;
-        data->eventData = ev.event_data;
-        data->gpuInstanceId = ev.gpu_instance_id;
-        data->computeInstanceId = ev.compute_instance_id;
+        if (e->gpu >= fg_gpu_count || !(s->mask[e->gpu] & e->event_type)) continue;
+        data->device = fg_device_handle(e->gpu);
+        data->eventType = e->event_type;
+        data->eventData = e->event_data;
+        data->gpuInstanceId = e->gpu_instance_id;
+        data->computeInstanceId = e->compute_instance_id;
         *found = 1;
     }
     pthread_mutex_unlock(&sets_mutex);
@@ -122,6 +141,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
     if (!fg_store_is_open()) return NVML_ERROR_TIMEOUT;
     uint64_t deadline = now_ms() + timeoutms;
     for (;;) {
+        /* a shutdown waits for this call: leave as soon as it starts */
+        if (!fg_initialised()) return NVML_ERROR_UNINITIALIZED;
         int found;
         FG_TRY(poll_once(set, data, &found));
         if (found) return NVML_SUCCESS;

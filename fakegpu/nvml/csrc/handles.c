@@ -1,50 +1,92 @@
-/* Handle tables: every handle is a pointer into one of these static arrays, so a handle is
- * validated by range and alignment before anything is read through it. */
+/* Handles: addresses in one reserved, read-only range that holds no data (the zero page at
+ * most), so a handle is validated by arithmetic and never dereferenced. The range has a bank
+ * per node this process has initialised on: after nvmlShutdown + nvmlInit on another node's
+ * file, handles of the old node fall outside the current bank and are refused; a re-init on
+ * the same node keeps its bank, so its handles stay valid as with a real driver. */
+#define _GNU_SOURCE
 #include <string.h>
+#include <sys/mman.h>
 
 #include "fakegpu.h"
 
-static struct nvmlDevice_st devices[FGS_MAX_GPUS];
-static struct nvmlDevice_st mig_devices[FGS_MAX_GPUS][FGS_MAX_GIS][FGS_MAX_CIS];
-static struct nvmlGpuInstance_st gis[FGS_MAX_GPUS][FGS_MAX_GIS];
-static struct nvmlComputeInstance_st cis[FGS_MAX_GPUS][FGS_MAX_GIS][FGS_MAX_CIS];
+#define FG_BANKS 64u  /* a handle aliases again only after 64 switches of node */
+#define FG_SLOT 16u   /* bytes per handle: keeps them aligned like real structs */
+enum {
+    N_DEV = FGS_MAX_GPUS,
+    N_MIG = FGS_MAX_GPUS * FGS_MAX_GIS * FGS_MAX_CIS,
+    N_GI = FGS_MAX_GPUS * FGS_MAX_GIS,
+    OFF_DEV = 0,
+    OFF_MIG = OFF_DEV + N_DEV,
+    OFF_GI = OFF_MIG + N_MIG,
+    OFF_CI = OFF_GI + N_GI,
+    PER_BANK = OFF_CI + N_MIG,
+};
 
-/* index of p in a flat array of n elements of size sz starting at base, or -1 */
-static long slot_of(const void *p, const void *base, size_t n, size_t sz)
+static char *space;                             /* FG_BANKS * PER_BANK slots */
+static uint32_t bank;
+static int have_identity;
+static char identity[FGS_HEADER_STATIC_END];    /* the static header of the bank's node */
+
+/* Called by nvmlInit with no call in flight. */
+nvmlReturn_t fg_handles_begin(void)
 {
-    uintptr_t u = (uintptr_t)p, b = (uintptr_t)base;
-    if (u < b || u >= b + n * sz || (u - b) % sz != 0) return -1;
-    return (long)((u - b) / sz);
+    if (space == NULL) {
+        void *p = mmap(NULL, (size_t)FG_BANKS * PER_BANK * FG_SLOT, PROT_READ,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return NVML_ERROR_MEMORY;
+        space = p;
+    }
+    if (fg_hdr == NULL) return NVML_SUCCESS;    /* no file: no handles */
+    /* the static header holds the node name and the checksum of every GPU's facts */
+    if (have_identity && memcmp(identity, fg_hdr, sizeof(identity)) == 0) return NVML_SUCCESS;
+    if (have_identity) bank = (bank + 1) % FG_BANKS;
+    memcpy(identity, fg_hdr, sizeof(identity));
+    have_identity = 1;
+    return NVML_SUCCESS;
 }
 
-nvmlDevice_t fg_device_handle(uint32_t gpu)
+uint32_t fg_handles_bank(void) { return bank; }
+
+static void *handle_at(uint32_t slot)
 {
-    devices[gpu] = (struct nvmlDevice_st){gpu, FG_NO_GPU, FG_NO_GPU, 0};
-    return &devices[gpu];
+    return space + ((size_t)bank * PER_BANK + slot) * FG_SLOT;
 }
+
+/* the index of handle p among the n slots from off of the current bank, or -1 */
+static long slot_of(const void *p, uint32_t off, uint32_t n)
+{
+    if (space == NULL) return -1;
+    uintptr_t u = (uintptr_t)p, b = (uintptr_t)handle_at(off);
+    if (u < b || u >= b + (uintptr_t)n * FG_SLOT || (u - b) % FG_SLOT != 0) return -1;
+    return (long)((u - b) / FG_SLOT);
+}
+
+static uint32_t mig_slot(uint32_t gpu, uint32_t gi, uint32_t ci)
+{
+    return (gpu * FGS_MAX_GIS + gi) * FGS_MAX_CIS + ci;
+}
+
+nvmlDevice_t fg_device_handle(uint32_t gpu) { return handle_at(OFF_DEV + gpu); }
 
 nvmlDevice_t fg_mig_handle(uint32_t gpu, uint32_t gi, uint32_t ci)
 {
-    mig_devices[gpu][gi][ci] = (struct nvmlDevice_st){gpu, gi, ci, 1};
-    return &mig_devices[gpu][gi][ci];
+    return handle_at(OFF_MIG + mig_slot(gpu, gi, ci));
 }
 
 nvmlGpuInstance_t fg_gi_handle(uint32_t gpu, uint32_t gi)
 {
-    gis[gpu][gi] = (struct nvmlGpuInstance_st){gpu, gi};
-    return &gis[gpu][gi];
+    return handle_at(OFF_GI + gpu * FGS_MAX_GIS + gi);
 }
 
 nvmlComputeInstance_t fg_ci_handle(uint32_t gpu, uint32_t gi, uint32_t ci)
 {
-    cis[gpu][gi][ci] = (struct nvmlComputeInstance_st){gpu, gi, ci, 0};
-    return &cis[gpu][gi][ci];
+    return handle_at(OFF_CI + mig_slot(gpu, gi, ci));
 }
 
 static nvmlReturn_t live_instance(struct fg_ref *ref, int need_ci)
 {
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref->gpu, &d);
+    FG_TRY(fg_read_dyn(ref->gpu, &d));
     if (d.lost) return NVML_ERROR_GPU_IS_LOST;
     if (!d.mig_current || !d.gis[ref->gi_slot].active) return NVML_ERROR_INVALID_ARGUMENT;
     if (need_ci && !d.gis[ref->gi_slot].cis[ref->ci_slot].active)
@@ -54,14 +96,13 @@ static nvmlReturn_t live_instance(struct fg_ref *ref, int need_ci)
 
 nvmlReturn_t fg_device_any(nvmlDevice_t h, struct fg_ref *ref)
 {
-    long i = slot_of(h, devices, FGS_MAX_GPUS, sizeof(devices[0]));
+    long i = slot_of(h, OFF_DEV, N_DEV);
     if (i >= 0) {
         if ((unsigned)i >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
         *ref = (struct fg_ref){(uint32_t)i, FG_NO_GPU, FG_NO_GPU, 0};
         return NVML_SUCCESS;
     }
-    i = slot_of(h, mig_devices, (size_t)FGS_MAX_GPUS * FGS_MAX_GIS * FGS_MAX_CIS,
-                sizeof(mig_devices[0][0][0]));
+    i = slot_of(h, OFF_MIG, N_MIG);
     if (i < 0) return NVML_ERROR_INVALID_ARGUMENT;
     uint32_t gpu = (uint32_t)i / (FGS_MAX_GIS * FGS_MAX_CIS);
     if (gpu >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -75,13 +116,13 @@ nvmlReturn_t fg_device(nvmlDevice_t h, struct fg_ref *ref)
     FG_TRY(fg_device_any(h, ref));
     if (ref->is_mig) return live_instance(ref, 1);
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref->gpu, &d);
+    FG_TRY(fg_read_dyn(ref->gpu, &d));
     return d.lost ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
 nvmlReturn_t fg_gi(nvmlGpuInstance_t h, struct fg_ref *ref)
 {
-    long i = slot_of(h, gis, (size_t)FGS_MAX_GPUS * FGS_MAX_GIS, sizeof(gis[0][0]));
+    long i = slot_of(h, OFF_GI, N_GI);
     if (i < 0) return NVML_ERROR_INVALID_ARGUMENT;
     uint32_t gpu = (uint32_t)i / FGS_MAX_GIS;
     if (gpu >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -91,7 +132,7 @@ nvmlReturn_t fg_gi(nvmlGpuInstance_t h, struct fg_ref *ref)
 
 nvmlReturn_t fg_ci(nvmlComputeInstance_t h, struct fg_ref *ref)
 {
-    long i = slot_of(h, cis, (size_t)FGS_MAX_GPUS * FGS_MAX_GIS * FGS_MAX_CIS, sizeof(cis[0][0][0]));
+    long i = slot_of(h, OFF_CI, N_MIG);
     if (i < 0) return NVML_ERROR_INVALID_ARGUMENT;
     uint32_t gpu = (uint32_t)i / (FGS_MAX_GIS * FGS_MAX_CIS);
     if (gpu >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;

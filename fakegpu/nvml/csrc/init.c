@@ -6,13 +6,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "fakegpu.h"
 
 static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int init_refs = 0;
+static unsigned long calls_in_flight = 0;
 
-int fg_initialised(void) { return __atomic_load_n(&init_refs, __ATOMIC_ACQUIRE) > 0; }
+/* seq_cst with fg_call_begin's increment: a call either counts before shutdown looks at the
+ * count, or sees init_refs at 0 (Dekker's pattern) */
+int fg_initialised(void) { return __atomic_load_n(&init_refs, __ATOMIC_SEQ_CST) > 0; }
+
+int fg_call_begin(void)
+{
+    __atomic_add_fetch(&calls_in_flight, 1, __ATOMIC_SEQ_CST);
+    return fg_initialised();
+}
+
+void fg_call_end(int *begun)
+{
+    (void)begun;
+    __atomic_sub_fetch(&calls_in_flight, 1, __ATOMIC_SEQ_CST);
+}
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
@@ -27,8 +43,12 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
         } else if (rc != NVML_SUCCESS && (flags & NVML_INIT_FLAG_NO_GPUS)) {
             rc = NVML_SUCCESS; /* initialised with no devices */
         }
+        if (rc == NVML_SUCCESS) {
+            rc = fg_handles_begin();
+            if (rc != NVML_SUCCESS) fg_store_close();
+        }
     }
-    if (rc == NVML_SUCCESS) __atomic_add_fetch(&init_refs, 1, __ATOMIC_ACQ_REL);
+    if (rc == NVML_SUCCESS) __atomic_add_fetch(&init_refs, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&init_mutex);
     return rc;
 }
@@ -42,7 +62,14 @@ nvmlReturn_t nvmlShutdown(void)
     pthread_mutex_lock(&init_mutex);
     if (init_refs == 0) {
         rc = NVML_ERROR_UNINITIALIZED;
-    } else if (__atomic_sub_fetch(&init_refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    } else if (__atomic_sub_fetch(&init_refs, 1, __ATOMIC_SEQ_CST) == 0) {
+        /* Other threads may still be inside calls (clients shut down while a monitor thread
+         * polls): new calls now answer UNINITIALIZED; wait for the running ones (event waits
+         * notice within their 0.5 ms poll) before unmapping what they read. */
+        while (__atomic_load_n(&calls_in_flight, __ATOMIC_SEQ_CST) != 0) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
         fg_store_close();
     }
     pthread_mutex_unlock(&init_mutex);
@@ -149,7 +176,7 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGe
 static nvmlReturn_t hand_out(uint32_t gpu, nvmlDevice_t *device)
 {
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(gpu, &d);
+    FG_TRY(fg_read_dyn(gpu, &d));
     if (d.lost) return NVML_ERROR_GPU_IS_LOST;
     *device = fg_device_handle(gpu);
     return NVML_SUCCESS;
@@ -179,7 +206,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
         char buf[FGS_STR];
         for (uint32_t i = 0; i < fg_gpu_count; i++) {
             struct fgs_gpu_dynamic d;
-            fg_read_dyn(i, &d);
+            FG_TRY(fg_read_dyn(i, &d));
             if (!d.mig_current) continue;
             for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
                 if (!d.gis[g].active) continue;

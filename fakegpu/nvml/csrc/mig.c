@@ -115,7 +115,7 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
     FG_CHECK_PTR(pendingMode);
     if (ref.is_mig || !fg_static(ref.gpu)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     *currentMode = d.mig_current;
     *pendingMode = d.mig_pending;
     return NVML_SUCCESS;
@@ -148,11 +148,21 @@ nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
     return rc;
 }
 
+/* How many MIG devices can exist under the GPU right now: nvml.h says zero "if MIG is not
+ * supported or enabled", and go-nvlib's GetMigDevices walks 0..count-1, so a MIG-off GPU
+ * must answer 0 (not its capacity) for enumeration to succeed. */
+uint32_t fg_max_mig_devices(const struct fg_ref *ref, const struct fgs_gpu_dynamic *d)
+{
+    const struct fgs_gpu_static *s = fg_static(ref->gpu);
+    return ref->is_mig || !s->mig_capable || !d->mig_current ? 0 : s->mig_max_gpu_instances;
+}
+
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
 {
     FG_DEVICE(device, ref, count);
-    if (ref.is_mig || !fg_static(ref.gpu)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
-    *count = fg_static(ref.gpu)->mig_max_gpu_instances;
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    *count = fg_max_mig_devices(&ref, &d);
     return NVML_SUCCESS;
 }
 
@@ -280,7 +290,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsi
     int pi = find_profile_by_id(s, profileId);
     if (pi < 0) return NVML_ERROR_INVALID_ARGUMENT;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     if (!d.mig_current) return NVML_ERROR_INVALID_STATE;
     unsigned n = 0;
     for (int i; (i = first_fit(s, &d, pi)) >= 0; n++) {
@@ -379,7 +389,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profile
     int pi = find_profile_by_id(s, profileId);
     if (pi < 0) return NVML_ERROR_INVALID_ARGUMENT;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     if (!d.mig_current) return NVML_ERROR_INVALID_STATE;
     unsigned n = 0;
     for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
@@ -397,7 +407,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
     FG_MIG_GPU(device, ref, gpuInstance);
     (void)s;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     if (!d.mig_current) return NVML_ERROR_INVALID_STATE;
     for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
         if (d.gis[g].active && d.gis[g].id == id) {
@@ -415,7 +425,7 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
     FG_TRY(fg_gi(gpuInstance, &ref));
     FG_CHECK_PTR(info);
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     const struct fgs_gi *gi = &d.gis[ref.gi_slot];
     info->device = fg_device_handle(ref.gpu);
     info->id = gi->id;

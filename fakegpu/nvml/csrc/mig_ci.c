@@ -40,7 +40,7 @@ static int ci_shape(const struct fgs_profile *gp, unsigned profile, struct ci_sh
     FG_TRY(fg_gi((h), &ref));                                                                \
     FG_CHECK_PTR(out);                                                                       \
     struct fgs_gpu_dynamic d;                                                                \
-    fg_read_dyn(ref.gpu, &d);                                                                \
+    FG_TRY(fg_read_dyn(ref.gpu, &d));                                                                \
     const struct fgs_profile *gp = fg_gi_profile(ref.gpu, &d, ref.gi_slot)
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance,
@@ -301,7 +301,7 @@ nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance
     FG_TRY(fg_ci(computeInstance, &ref));
     FG_CHECK_PTR(info);
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     const struct fgs_ci *ci = &d.gis[ref.gi_slot].cis[ref.ci_slot];
     info->device = fg_device_handle(ref.gpu);
     info->gpuInstance = fg_gi_handle(ref.gpu, ref.gi_slot);
@@ -329,10 +329,10 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     FG_CHECK_PTR(migDevice);
     const struct fgs_gpu_static *s = fg_static(ref.gpu);
     if (ref.is_mig || !s->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
-    if (index >= s->mig_max_gpu_instances) return NVML_ERROR_INVALID_ARGUMENT;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
-    if (!d.mig_current) return NVML_ERROR_INVALID_STATE;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    /* beyond the max count (0 with MIG off) the index is invalid, as nvml.h documents */
+    if (index >= fg_max_mig_devices(&ref, &d)) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned n = 0;
     for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
         if (!d.gis[g].active) continue;
@@ -367,7 +367,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
     FG_DEVICE(device, ref, id);
     if (!ref.is_mig) return NVML_ERROR_NOT_SUPPORTED;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     *id = d.gis[ref.gi_slot].id;
     return NVML_SUCCESS;
 }
@@ -377,7 +377,7 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *i
     FG_DEVICE(device, ref, id);
     if (!ref.is_mig) return NVML_ERROR_NOT_SUPPORTED;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     *id = d.gis[ref.gi_slot].cis[ref.ci_slot].id;
     return NVML_SUCCESS;
 }
@@ -395,7 +395,7 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
         return NVML_SUCCESS;
     }
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref.gpu, &d);
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
     const struct fgs_profile *gp = fg_gi_profile(ref.gpu, &d, ref.gi_slot);
     const struct fgs_ci *ci = &d.gis[ref.gi_slot].cis[ref.ci_slot];
     *attributes = (nvmlDeviceAttributes_t){

@@ -4,7 +4,8 @@
 
 #include "fakegpu.h"
 
-/* checks for a per-link query: init, whole-GPU handle, link in range and present */
+/* checks for a per-link query: init, whole-GPU handle, link in range and present. Callers
+ * also run FG_CHECK_INIT, so their call stays counted after the helper returns. */
 static nvmlReturn_t link_of(nvmlDevice_t device, unsigned int link, const void *out,
                             struct fg_ref *ref, const struct fgs_link **l)
 {
@@ -19,25 +20,27 @@ static nvmlReturn_t link_of(nvmlDevice_t device, unsigned int link, const void *
     return NVML_SUCCESS;
 }
 
-static int link_up(uint32_t gpu, unsigned int link)
+static int link_up(const struct fgs_gpu_dynamic *d, unsigned int link)
 {
-    struct fgs_gpu_dynamic d;
-    fg_read_dyn(gpu, &d);
-    return !(link < 64 && (d.link_down_mask >> link) & 1u);
+    return !(link < 64 && (d->link_down_mask >> link) & 1u);
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
                                       nvmlEnableState_t *isActive)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_link *l;
     FG_TRY(link_of(device, link, isActive, &ref, &l));
-    *isActive = link_up(ref.gpu, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    *isActive = link_up(&d, link) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_link *l;
     FG_TRY(link_of(device, link, version, &ref, &l));
@@ -48,6 +51,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, 
 nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int link,
                                            nvmlNvLinkCapability_t capability, unsigned int *capResult)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_link *l;
     FG_TRY(link_of(device, link, capResult, &ref, &l));
@@ -67,6 +71,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t device, unsigned int lin
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
                                                  nvmlPciInfo_t *pci)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_link *l;
     FG_TRY(link_of(device, link, pci, &ref, &l));
@@ -91,6 +96,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int 
 nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
                                                  nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_link *l;
     FG_TRY(link_of(device, link, pNvLinkDeviceType, &ref, &l));
@@ -102,6 +108,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int l
                                              nvmlNvLinkErrorCounter_t counter,
                                              unsigned long long *counterValue)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_link *l;
     FG_TRY(link_of(device, link, counterValue, &ref, &l));
@@ -121,7 +128,7 @@ static nvmlReturn_t fabric_of(nvmlDevice_t device, const void *out, struct fg_re
     *s = fg_static(ref->gpu);
     if (ref->is_mig || !(*s)->fabric_present) return NVML_ERROR_NOT_SUPPORTED;
     struct fgs_gpu_dynamic d;
-    fg_read_dyn(ref->gpu, &d);
+    FG_TRY(fg_read_dyn(ref->gpu, &d));
     *degraded = d.fabric_degraded != 0;
     return NVML_SUCCESS;
 }
@@ -138,6 +145,7 @@ static unsigned health_mask(int degraded)
 
 nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_gpu_static *s;
     int degraded;
@@ -152,6 +160,7 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
 
 nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
 {
+    FG_CHECK_INIT();
     struct fg_ref ref;
     const struct fgs_gpu_static *s;
     int degraded;
@@ -202,6 +211,7 @@ static nvmlGpuTopologyLevel_t level_between(uint32_t a, uint32_t b)
 nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
                                                  nvmlGpuTopologyLevel_t *pathInfo)
 {
+    FG_CHECK_INIT();
     struct fg_ref a, b;
     FG_TRY(two_gpus(device1, device2, pathInfo, &a, &b));
     *pathInfo = level_between(a.gpu, b.gpu);
@@ -233,35 +243,43 @@ nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopolo
 }
 
 /* NVLink reachability: a direct up link between the two, or both reach an NVSwitch */
-static int nvlink_connected(uint32_t a, uint32_t b)
+static nvmlReturn_t nvlink_connected(uint32_t a, uint32_t b, int *connected)
 {
     const struct fgs_gpu_static *sa = fg_static(a), *sb = fg_static(b);
+    struct fgs_gpu_dynamic da, db;
+    FG_TRY(fg_read_dyn(a, &da));
+    FG_TRY(fg_read_dyn(b, &db));
+    *connected = 1;
     int a_switch = 0, b_switch = 0;
     for (uint32_t l = 0; l < sa->link_count; l++) {
         const struct fgs_link *k = &sa->links[l];
-        if (!k->present || !link_up(a, l)) continue;
+        if (!k->present || !link_up(&da, l)) continue;
         if (k->remote_type == NVML_NVLINK_DEVICE_TYPE_SWITCH) a_switch = 1;
         if (k->remote_type == NVML_NVLINK_DEVICE_TYPE_GPU && k->remote_gpu_index == sb->index &&
             strncmp(k->remote_node, fg_hdr->node, sizeof(k->remote_node)) == 0)
-            return 1;
+            return NVML_SUCCESS;
     }
     for (uint32_t l = 0; l < sb->link_count; l++)
-        if (sb->links[l].present && link_up(b, l) &&
+        if (sb->links[l].present && link_up(&db, l) &&
             sb->links[l].remote_type == NVML_NVLINK_DEVICE_TYPE_SWITCH)
             b_switch = 1;
-    return a_switch && b_switch;
+    *connected = a_switch && b_switch;
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                     nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t *p2pStatus)
 {
+    FG_CHECK_INIT();
     struct fg_ref a, b;
     FG_TRY(two_gpus(device1, device2, p2pStatus, &a, &b));
     switch (p2pIndex) {
-    case NVML_P2P_CAPS_INDEX_NVLINK:
-        *p2pStatus = a.gpu != b.gpu && nvlink_connected(a.gpu, b.gpu) ? NVML_P2P_STATUS_OK
-                                                                       : NVML_P2P_STATUS_NOT_SUPPORTED;
+    case NVML_P2P_CAPS_INDEX_NVLINK: {
+        int connected = 0;
+        if (a.gpu != b.gpu) FG_TRY(nvlink_connected(a.gpu, b.gpu, &connected));
+        *p2pStatus = connected ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
         return NVML_SUCCESS;
+    }
     case NVML_P2P_CAPS_INDEX_READ:
     case NVML_P2P_CAPS_INDEX_WRITE:
     case NVML_P2P_CAPS_INDEX_ATOMICS:

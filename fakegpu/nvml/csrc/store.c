@@ -1,4 +1,15 @@
-/* The mapped state file: open + validate, seqlock reads, journaled writes under flock. */
+/* The mapped state file: open + validate, seqlock reads, journaled writes under flock, and
+ * what a client does when the file changes under it.
+ *
+ * nvmlInit copies the whole file privately and validates the copy: static facts (names, PCI,
+ * profiles) are read from that copy only, so they cannot change or vanish under a call. The
+ * shared mapping is touched only for the dynamic part, always inside a SIGBUS guard
+ * (guard.c), and each access first checks that the mapping still holds the file we
+ * validated (magic and static checksum). When it does not (truncated, another file copied
+ * over it, or retired by a re-render, which clears the old file's magic) the client opens
+ * the path again: the same node (identical static part) continues on the new file, anything
+ * else answers NVML_ERROR_GPU_IS_LOST until nvmlShutdown + nvmlInit. Old mappings stay mapped
+ * until the final nvmlShutdown, so a call still reading one never faults. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -15,11 +26,21 @@
 
 #include "fakegpu.h"
 
-struct fgs_header *fg_hdr = NULL;
+const struct fgs_header *fg_hdr = NULL;   /* the private copy (static part) */
 unsigned int fg_gpu_count = 0;
-static int fg_fd = -1;
-static size_t fg_map_len = 0;
+static char *private_copy;                 /* the whole file as validated at init */
+static struct fg_map *current;             /* the mapping calls use (atomic) */
+static struct fg_map *retired;             /* replaced mappings, unmapped at close */
+static char *state_path;
+static int lost;                           /* the path no longer holds this node */
+static uint64_t lost_at_ms;
+static uint64_t path_checked_ms;
+static uint64_t next_serial = 1;
+static pthread_mutex_t recover_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t fg_write_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+#define FG_RETRY_LOST_MS 100u   /* how often a lost client looks at the path again */
+#define FG_PATH_CHECK_MS 1000u  /* how often a client checks the path still names its file */
 
 void fg_debug(const char *fmt, ...)
 {
@@ -51,9 +72,19 @@ uint32_t fg_crc32(uint32_t crc, const void *data, size_t len)
     return ~crc;
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Record addresses use the layout this library was built with (validation made sure the file
+ * has it), never sizes read again from the shared header, which anyone may overwrite. */
 static struct fgs_gpu *gpu_rec(const struct fgs_header *h, uint32_t gpu)
 {
-    return (struct fgs_gpu *)((char *)h + h->header_size + (size_t)gpu * h->gpu_size);
+    return (struct fgs_gpu *)((char *)h + sizeof(struct fgs_header) +
+                              (size_t)gpu * sizeof(struct fgs_gpu));
 }
 
 /* Checksum of everything static: header up to `generation` (checksum field as 0), GPU statics. */
@@ -68,36 +99,26 @@ static uint32_t static_checksum(const struct fgs_header *h)
     return crc;
 }
 
-/* Finish a published journal entry (caller holds the lock). Idempotent. */
-static void replay_journal(struct fgs_header *h)
+static int terminated(const char *s, size_t size) { return memchr(s, '\0', size) != NULL; }
+
+/* Static facts the code indexes with or prints: counts in range, strings terminated. */
+static int static_ok(const struct fgs_gpu_static *s)
 {
-    if (__atomic_load_n(&h->journal_state, __ATOMIC_ACQUIRE) != FGS_JOURNAL_READY) {
-        /* a writer may have died with the seqlock odd before publishing: make it even */
-        uint64_t g = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
-        if (g & 1u) __atomic_store_n(&h->generation, g + 1, __ATOMIC_RELEASE);
-        return;
-    }
-    uint32_t gpu = h->journal_gpu;
-    uint64_t g = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
-    if (!(g & 1u)) __atomic_store_n(&h->generation, g + 1, __ATOMIC_RELEASE);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (gpu < h->gpu_count) memcpy(&gpu_rec(h, gpu)->d, &h->journal_dyn, sizeof(h->journal_dyn));
-    if (h->journal_has_event) {
-        /* the event goes to slot journal_event_seq; event_seq
-         * is only bumped after the slot is written, so a replay writes the same slot again */
-        uint64_t seq = __atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
-        if ((uint32_t)seq == h->journal_event_seq) {
-            h->events[seq % FGS_EVENT_RING] = h->journal_event;
-            __atomic_store_n(&h->event_seq, seq + 1, __ATOMIC_RELEASE);
-        }
-    }
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    g = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
-    __atomic_store_n(&h->generation, (g | 1u) + 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&h->journal_state, FGS_JOURNAL_EMPTY, __ATOMIC_RELEASE);
+    if (s->link_count > FGS_MAX_LINKS || s->profile_count > FGS_MAX_PROFILES) return 0;
+    if (!terminated(s->name, sizeof(s->name)) || !terminated(s->uuid, sizeof(s->uuid)) ||
+        !terminated(s->serial, sizeof(s->serial)) ||
+        !terminated(s->board_part_number, sizeof(s->board_part_number)))
+        return 0;
+    for (uint32_t l = 0; l < s->link_count; l++)
+        if (!terminated(s->links[l].remote_node, sizeof(s->links[l].remote_node))) return 0;
+    for (uint32_t p = 0; p < s->profile_count; p++)
+        if (s->profiles[p].placement_count > FGS_MAX_PLACEMENTS ||
+            !terminated(s->profiles[p].name, sizeof(s->profiles[p].name)))
+            return 0;
+    return 1;
 }
 
-/* Validate a mapping; on failure say why (debug) and return the NVML error. */
+/* Validate a private copy of a file; on failure say why (debug) and return the NVML error. */
 static nvmlReturn_t validate(const struct fgs_header *h, size_t len, const char *path)
 {
     if (len < sizeof(struct fgs_header) || memcmp(h->magic, FGS_MAGIC, 8) != 0) {
@@ -122,74 +143,122 @@ static nvmlReturn_t validate(const struct fgs_header *h, size_t len, const char 
         fg_debug("%s: checksum mismatch: the file is corrupt", path);
         return NVML_ERROR_UNKNOWN;
     }
+    if (!terminated(h->driver_version, sizeof(h->driver_version)) ||
+        !terminated(h->nvml_version, sizeof(h->nvml_version)) ||
+        !terminated(h->topology, sizeof(h->topology)) || !terminated(h->node, sizeof(h->node))) {
+        fg_debug("%s: unterminated string in the header", path);
+        return NVML_ERROR_UNKNOWN;
+    }
     for (uint32_t i = 0; i < h->gpu_count; i++) {
-        const struct fgs_gpu_static *s = &gpu_rec(h, i)->s;
-        if (s->link_count > FGS_MAX_LINKS || s->profile_count > FGS_MAX_PROFILES) {
-            fg_debug("%s: GPU %u has out-of-range counts", path, i);
+        if (!static_ok(&gpu_rec(h, i)->s)) {
+            fg_debug("%s: GPU %u has out-of-range counts or unterminated strings", path, i);
             return NVML_ERROR_UNKNOWN;
         }
     }
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t map_file(const char *path, int *fd_out, struct fgs_header **hdr_out,
-                             size_t *len_out)
+/* ---- the dynamic record: every index the code uses, checked before use ---- */
+
+int fg_dyn_ok(const struct fgs_gpu_static *s, const struct fgs_gpu_dynamic *d)
 {
+    if (d->mig_current > 1 || d->mig_pending > 1) return 0;
+    for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
+        const struct fgs_gi *gi = &d->gis[g];
+        if (!gi->active) continue;
+        if (gi->profile_index >= s->profile_count) return 0;
+        if ((uint64_t)gi->start + gi->size > FGS_MAX_PLACEMENTS) return 0;
+        uint32_t slices = s->profiles[gi->profile_index].slice_count;
+        for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
+            const struct fgs_ci *ci = &gi->cis[c];
+            if (!ci->active) continue;
+            if (ci->nvml_profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
+                (uint64_t)ci->start + ci->size > slices)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- mapping a file ---- */
+
+static void copy_body(void *arg)
+{
+    void **a = arg;
+    memcpy(a[0], a[1], *(size_t *)a[2]);
+}
+
+static void unmap(struct fg_map *m)
+{
+    if (m->hdr != NULL) munmap(m->hdr, m->len);
+    if (m->fd >= 0) close(m->fd);
+    free(m);
+}
+
+/* Map and validate a state file: read-write where permitted, read-only otherwise (a reader
+ * needs no write access; changes then answer NO_PERMISSION). On success *priv holds a
+ * private copy of the whole file, validated (caller frees). */
+nvmlReturn_t fg_map_open(const char *path, struct fg_map **out, char **priv)
+{
+    int writable = 1;
     int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+        writable = 0;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
     if (fd < 0) {
         fg_debug("%s: cannot open state file: %s", path, strerror(errno));
         return errno == ENOENT ? NVML_ERROR_DRIVER_NOT_LOADED : NVML_ERROR_NO_PERMISSION;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(struct fgs_header)) {
-        fg_debug("%s: not a fakegpu state file (too short)", path);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size < (off_t)sizeof(struct fgs_header) ||
+        st.st_size > (off_t)(sizeof(struct fgs_header) + FGS_MAX_GPUS * sizeof(struct fgs_gpu))) {
+        fg_debug("%s: not a fakegpu state file (not a regular file, or too short or long)", path);
         close(fd);
         return NVML_ERROR_UNKNOWN;
     }
     size_t len = (size_t)st.st_size;
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
+    void *m = mmap(NULL, len, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    char *copy = malloc(len);
+    struct fg_map *map = calloc(1, sizeof(*map));
+    if (m == MAP_FAILED || copy == NULL || map == NULL) {
         fg_debug("%s: mmap failed: %s", path, strerror(errno));
+        if (m != MAP_FAILED) munmap(m, len);
+        free(copy);
+        free(map);
         close(fd);
         return NVML_ERROR_OPERATING_SYSTEM;
     }
-    nvmlReturn_t rc = validate(m, len, path);
+    void *args[3] = {copy, m, &len};
+    nvmlReturn_t rc = fg_guarded(m, len, copy_body, args) == 0 ? validate((void *)copy, len, path)
+                                                                 : NVML_ERROR_UNKNOWN;
     if (rc != NVML_SUCCESS) {
         munmap(m, len);
+        free(copy);
+        free(map);
         close(fd);
         return rc;
     }
-    *fd_out = fd;
-    *hdr_out = m;
-    *len_out = len;
+    const struct fgs_header *h = (const void *)copy;
+    *map = (struct fg_map){.hdr = m, .len = len, .fd = fd, .writable = writable,
+                           .checksum = h->checksum, .gpu_count = h->gpu_count,
+                           .serial = __atomic_fetch_add(&next_serial, 1, __ATOMIC_RELAXED),
+                           .first_event = h->event_seq,
+                           .dev = st.st_dev, .ino = st.st_ino};
+    *out = map;
+    *priv = copy;
     return NVML_SUCCESS;
 }
 
-nvmlReturn_t fg_store_open(void)
+void fg_map_close(struct fg_map *m) { unmap(m); }
+
+/* Inside a guard: does the mapping still hold the file we validated? */
+static int intact(const struct fg_map *m)
 {
-    const char *path = getenv("FAKEGPU_NVML_STATE");
-    if (path == NULL || path[0] == '\0') {
-        fg_debug("FAKEGPU_NVML_STATE is not set: no fake GPUs on this node");
-        return NVML_ERROR_DRIVER_NOT_LOADED;
-    }
-    nvmlReturn_t rc = map_file(path, &fg_fd, &fg_hdr, &fg_map_len);
-    if (rc != NVML_SUCCESS) return rc;
-    fg_gpu_count = fg_hdr->gpu_count;
-    return NVML_SUCCESS;
+    return memcmp(m->hdr->magic, FGS_MAGIC, 8) == 0 &&
+           __atomic_load_n(&m->hdr->checksum, __ATOMIC_RELAXED) == m->checksum;
 }
-
-void fg_store_close(void)
-{
-    if (fg_hdr != NULL) munmap(fg_hdr, fg_map_len);
-    if (fg_fd >= 0) close(fg_fd);
-    fg_hdr = NULL;
-    fg_fd = -1;
-    fg_gpu_count = 0;
-}
-
-int fg_store_is_open(void) { return fg_hdr != NULL; }
-
-const struct fgs_gpu_static *fg_static(uint32_t gpu) { return &gpu_rec(fg_hdr, gpu)->s; }
 
 static void lock_file(int fd)
 {
@@ -197,22 +266,80 @@ static void lock_file(int fd)
     }
 }
 
-static void read_dyn(struct fgs_header *h, int fd, uint32_t gpu, struct fgs_gpu_dynamic *out)
+/* Finish a published journal entry (caller holds the lock, inside a guard). Idempotent. */
+static void replay_journal(const struct fg_map *m)
 {
-    const struct fgs_gpu_dynamic *src = &gpu_rec(h, gpu)->d;
+    struct fgs_header *h = m->hdr;
+    if (__atomic_load_n(&h->journal_state, __ATOMIC_ACQUIRE) != FGS_JOURNAL_READY) {
+        /* a writer may have died with the seqlock odd before publishing: make it even */
+        uint64_t g = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
+        if (g & 1u) __atomic_store_n(&h->generation, g + 1, __ATOMIC_RELEASE);
+        return;
+    }
+    uint32_t gpu = h->journal_gpu;
+    uint64_t g = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
+    if (!(g & 1u)) __atomic_store_n(&h->generation, g + 1, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (gpu < m->gpu_count) memcpy(&gpu_rec(h, gpu)->d, &h->journal_dyn, sizeof(h->journal_dyn));
+    if (h->journal_has_event) {
+        /* the event goes to slot journal_event_seq; event_seq
+         * is only bumped after the slot is written, so a replay writes the same slot again */
+        uint64_t seq = __atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
+        if ((uint32_t)seq == h->journal_event_seq) {
+            h->events[seq % FGS_EVENT_RING] = h->journal_event;
+            __atomic_store_n(&h->event_seq, seq + 1, __ATOMIC_RELEASE);
+        }
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    g = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&h->generation, (g | 1u) + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->journal_state, FGS_JOURNAL_EMPTY, __ATOMIC_RELEASE);
+}
+
+/* ---- reads ---- */
+
+struct read_ctx {
+    const struct fg_map *m;
+    uint32_t gpu;
+    struct fgs_gpu_dynamic *out;
+    int status;
+    int locked;
+};
+
+static void read_body(void *arg)
+{
+    struct read_ctx *c = arg;
+    struct fgs_header *h = c->m->hdr;
+    const struct fgs_gpu_dynamic *src = &gpu_rec(h, c->gpu)->d;
     for (int tries = 0;; tries++) {
         uint64_t g1 = __atomic_load_n(&h->generation, __ATOMIC_ACQUIRE);
         if (!(g1 & 1u)) {
-            memcpy(out, src, sizeof(*out));
+            if (!intact(c->m)) {
+                c->status = FG_MAP_CHANGED;
+                return;
+            }
+            memcpy(c->out, src, sizeof(*c->out));
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             if (__atomic_load_n(&h->generation, __ATOMIC_ACQUIRE) == g1) return;
         }
         if (tries > 2000) {
-            /* a writer died mid-change: finish its journal under the lock, then read */
-            lock_file(fd);
-            replay_journal(h);
-            memcpy(out, src, sizeof(*out));
-            flock(fd, LOCK_UN);
+            /* a writer died mid-change: under the lock nothing moves; a read-write client
+             * finishes its journal, a read-only one reads what the journal will make it */
+            lock_file(c->m->fd);
+            c->locked = 1;
+            if (!intact(c->m)) {
+                c->status = FG_MAP_CHANGED;
+                return;
+            }
+            if (c->m->writable) {
+                replay_journal(c->m);
+                memcpy(c->out, src, sizeof(*c->out));
+            } else if (__atomic_load_n(&h->journal_state, __ATOMIC_ACQUIRE) == FGS_JOURNAL_READY &&
+                       h->journal_gpu == c->gpu) {
+                memcpy(c->out, &h->journal_dyn, sizeof(*c->out));
+            } else {
+                memcpy(c->out, src, sizeof(*c->out));
+            }
             return;
         }
         if (tries > 50) {
@@ -222,184 +349,265 @@ static void read_dyn(struct fgs_header *h, int fd, uint32_t gpu, struct fgs_gpu_
     }
 }
 
-void fg_read_dyn(uint32_t gpu, struct fgs_gpu_dynamic *out) { read_dyn(fg_hdr, fg_fd, gpu, out); }
-
-static nvmlReturn_t mutate(struct fgs_header *h, int fd, uint32_t gpu, fg_mutator fn, void *arg)
+int fg_map_read_dyn(const struct fg_map *m, uint32_t gpu, struct fgs_gpu_dynamic *out)
 {
-    pthread_mutex_lock(&fg_write_mutex);
-    lock_file(fd);
-    replay_journal(h);
+    if (gpu >= m->gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    struct read_ctx c = {m, gpu, out, NVML_SUCCESS, 0};
+    int faulted = fg_guarded(m->hdr, m->len, read_body, &c);
+    if (c.locked) flock(m->fd, LOCK_UN);
+    return faulted ? FG_MAP_CHANGED : c.status;
+}
+
+/* ---- writes ---- */
+
+struct mutate_ctx {
+    const struct fg_map *m;
+    const struct fgs_gpu_static *s;
+    uint32_t gpu;
+    fg_mutator fn;
+    void *arg;
+    nvmlReturn_t rc;
+    int status;
+    int locked;
+};
+
+static void mutate_body(void *arg)
+{
+    struct mutate_ctx *c = arg;
+    struct fgs_header *h = c->m->hdr;
+    lock_file(c->m->fd);
+    c->locked = 1;
+    if (!intact(c->m)) {
+        c->status = FG_MAP_CHANGED;
+        return;
+    }
+    replay_journal(c->m);
     struct fgs_gpu_dynamic d;
-    memcpy(&d, &gpu_rec(h, gpu)->d, sizeof(d));
+    memcpy(&d, &gpu_rec(h, c->gpu)->d, sizeof(d));
     struct fgs_event ev;
     memset(&ev, 0, sizeof(ev));
     int has_event = 0;
-    nvmlReturn_t rc = fn(gpu, &d, &ev, &has_event, arg);
-    if (rc == NVML_SUCCESS) {
-        /* write ahead: the complete change, then publish it, then apply it */
-        h->journal_gpu = gpu;
-        h->journal_dyn = d;
-        h->journal_event = ev;
-        h->journal_has_event = has_event ? 1u : 0u;
-        h->journal_event_seq = (uint32_t)__atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
-        __atomic_store_n(&h->journal_state, FGS_JOURNAL_READY, __ATOMIC_RELEASE);
-        replay_journal(h);
-    }
-    flock(fd, LOCK_UN);
+    /* the mutators index with what they find: a corrupt record is refused, not used */
+    c->rc = fg_dyn_ok(c->s, &d) ? c->fn(c->gpu, &d, &ev, &has_event, c->arg) : NVML_ERROR_UNKNOWN;
+    if (c->rc != NVML_SUCCESS) return;
+    /* write ahead: the complete change, then publish it, then apply it */
+    h->journal_gpu = c->gpu;
+    h->journal_dyn = d;
+    h->journal_event = ev;
+    h->journal_has_event = has_event ? 1u : 0u;
+    h->journal_event_seq = (uint32_t)__atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&h->journal_state, FGS_JOURNAL_READY, __ATOMIC_RELEASE);
+    replay_journal(c->m);
+}
+
+int fg_map_mutate(const struct fg_map *m, const struct fgs_gpu_static *s, uint32_t gpu,
+                  fg_mutator fn, void *arg)
+{
+    if (gpu >= m->gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!m->writable) return NVML_ERROR_NO_PERMISSION; /* a read-only client changes nothing */
+    pthread_mutex_lock(&fg_write_mutex);
+    struct mutate_ctx c = {m, s, gpu, fn, arg, NVML_SUCCESS, NVML_SUCCESS, 0};
+    int faulted = fg_guarded(m->hdr, m->len, mutate_body, &c);
+    if (c.locked) flock(m->fd, LOCK_UN);
     pthread_mutex_unlock(&fg_write_mutex);
+    if (faulted || c.status == FG_MAP_CHANGED) return FG_MAP_CHANGED;
+    return (int)c.rc;
+}
+
+/* ---- events ---- */
+
+struct event_ctx {
+    const struct fg_map *m;
+    struct fg_events *out;
+    int status;
+};
+
+static void events_body(void *arg)
+{
+    struct event_ctx *c = arg;
+    struct fgs_header *h = c->m->hdr;
+    if (!intact(c->m)) {
+        c->status = FG_MAP_CHANGED;
+        return;
+    }
+    uint64_t head = __atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
+    if (c->out->ring != NULL) memcpy(c->out->ring, h->events, sizeof(h->events));
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    uint64_t later = __atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
+    c->out->head = head;
+    /* slots of events up to `later` - RING may have been rewritten while we copied */
+    c->out->oldest = later >= FGS_EVENT_RING ? later - FGS_EVENT_RING + 1 : 0;
+}
+
+/* ---- the current mapping of an initialised client ---- */
+
+nvmlReturn_t fg_store_open(void)
+{
+    const char *path = getenv("FAKEGPU_NVML_STATE");
+    if (path == NULL || path[0] == '\0') {
+        fg_debug("FAKEGPU_NVML_STATE is not set: no fake GPUs on this node");
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    struct fg_map *m;
+    char *copy;
+    nvmlReturn_t rc = fg_map_open(path, &m, &copy);
+    if (rc != NVML_SUCCESS) return rc;
+    state_path = strdup(path);
+    if (state_path == NULL) {
+        unmap(m);
+        free(copy);
+        return NVML_ERROR_MEMORY;
+    }
+    private_copy = copy;
+    fg_hdr = (const struct fgs_header *)copy;
+    fg_gpu_count = fg_hdr->gpu_count;
+    lost = 0;
+    path_checked_ms = now_ms();
+    __atomic_store_n(&current, m, __ATOMIC_RELEASE);
+    return NVML_SUCCESS;
+}
+
+/* Only when no call is in flight (init.c drains them first). */
+void fg_store_close(void)
+{
+    struct fg_map *m = current;
+    current = NULL;
+    if (m != NULL) unmap(m);
+    while (retired != NULL) {
+        struct fg_map *next = retired->next;
+        unmap(retired);
+        retired = next;
+    }
+    free(private_copy);
+    free(state_path);
+    private_copy = NULL;
+    state_path = NULL;
+    fg_hdr = NULL;
+    fg_gpu_count = 0;
+}
+
+int fg_store_is_open(void) { return __atomic_load_n(&current, __ATOMIC_ACQUIRE) != NULL; }
+
+const struct fgs_gpu_static *fg_static(uint32_t gpu) { return &gpu_rec(fg_hdr, gpu)->s; }
+
+/* Does the path hold the same node (identical static bytes) as our private copy? */
+static int same_node(const char *copy)
+{
+    const struct fgs_header *h = (const void *)copy;
+    if (memcmp(copy, private_copy, FGS_HEADER_STATIC_END) != 0) return 0;
+    for (uint32_t i = 0; i < h->gpu_count; i++)
+        if (memcmp(&gpu_rec(h, i)->s, fg_static(i), sizeof(struct fgs_gpu_static)) != 0) return 0;
+    return 1;
+}
+
+/* The mapping `bad` no longer holds our file: open the path again. */
+static nvmlReturn_t recover(struct fg_map *bad)
+{
+    nvmlReturn_t rc = NVML_SUCCESS;
+    pthread_mutex_lock(&recover_mutex);
+    if (__atomic_load_n(&current, __ATOMIC_ACQUIRE) != bad) goto out; /* someone re-mapped */
+    uint64_t now = now_ms();
+    if (__atomic_load_n(&lost, __ATOMIC_ACQUIRE) && now - lost_at_ms < FG_RETRY_LOST_MS) {
+        rc = NVML_ERROR_GPU_IS_LOST;
+        goto out;
+    }
+    struct fg_map *m;
+    char *copy;
+    if (fg_map_open(state_path, &m, &copy) == NVML_SUCCESS) {
+        int same = same_node(copy);
+        free(copy);
+        if (same) {
+            fg_debug("%s: the state file was replaced by one for the same node: using it",
+                     state_path);
+            bad->next = retired;
+            retired = bad;
+            __atomic_store_n(&current, m, __ATOMIC_RELEASE);
+            __atomic_store_n(&lost, 0, __ATOMIC_RELEASE);
+            goto out;
+        }
+        unmap(m);
+    }
+    if (!lost) fg_debug("%s: the state file no longer describes this node: GPUs lost", state_path);
+    lost_at_ms = now;
+    __atomic_store_n(&lost, 1, __ATOMIC_RELEASE);
+    rc = NVML_ERROR_GPU_IS_LOST;
+out:
+    pthread_mutex_unlock(&recover_mutex);
     return rc;
+}
+
+/* Once a second: does the path still name the file we map (a `mv` over it does not touch
+ * the old file, so only the path tells)? */
+static int path_moved(const struct fg_map *m)
+{
+    uint64_t now = now_ms();
+    uint64_t last = __atomic_load_n(&path_checked_ms, __ATOMIC_RELAXED);
+    if (now - last < FG_PATH_CHECK_MS) return 0;
+    __atomic_store_n(&path_checked_ms, now, __ATOMIC_RELAXED);
+    struct stat st;
+    return stat(state_path, &st) != 0 || st.st_dev != m->dev || st.st_ino != m->ino;
+}
+
+/* Run op on the current mapping; if it no longer holds our file, recover and try once more. */
+static nvmlReturn_t with_map(int (*op)(const struct fg_map *, void *), void *arg)
+{
+    for (int attempt = 0;; attempt++) {
+        struct fg_map *m = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
+        if (m == NULL) return NVML_ERROR_UNINITIALIZED;
+        int status = FG_MAP_CHANGED;
+        if (!__atomic_load_n(&lost, __ATOMIC_ACQUIRE) && !path_moved(m)) status = op(m, arg);
+        if (status != FG_MAP_CHANGED) return (nvmlReturn_t)status;
+        if (attempt > 0 || recover(m) != NVML_SUCCESS) return NVML_ERROR_GPU_IS_LOST;
+    }
+}
+
+struct dyn_arg {
+    uint32_t gpu;
+    struct fgs_gpu_dynamic *out;
+};
+
+static int read_op(const struct fg_map *m, void *arg)
+{
+    struct dyn_arg *a = arg;
+    return fg_map_read_dyn(m, a->gpu, a->out);
+}
+
+nvmlReturn_t fg_read_dyn(uint32_t gpu, struct fgs_gpu_dynamic *out)
+{
+    struct dyn_arg a = {gpu, out};
+    FG_TRY(with_map(read_op, &a));
+    if (!fg_dyn_ok(fg_static(gpu), out)) {
+        fg_debug("%s: GPU %u: corrupt dynamic record (an index out of range)", state_path, gpu);
+        return NVML_ERROR_UNKNOWN;
+    }
+    return NVML_SUCCESS;
+}
+
+struct mutate_arg {
+    uint32_t gpu;
+    fg_mutator fn;
+    void *arg;
+};
+
+static int mutate_op(const struct fg_map *m, void *arg)
+{
+    struct mutate_arg *a = arg;
+    return fg_map_mutate(m, fg_static(a->gpu), a->gpu, a->fn, a->arg);
 }
 
 nvmlReturn_t fg_mutate(uint32_t gpu, fg_mutator fn, void *arg)
 {
-    return mutate(fg_hdr, fg_fd, gpu, fn, arg);
+    struct mutate_arg a = {gpu, fn, arg};
+    return with_map(mutate_op, &a);
 }
 
-uint64_t fg_event_seq(void) { return __atomic_load_n(&fg_hdr->event_seq, __ATOMIC_ACQUIRE); }
-
-int fg_event_at(uint64_t seq, struct fgs_event *out)
+static int events_op(const struct fg_map *m, void *arg)
 {
-    *out = fg_hdr->events[seq % FGS_EVENT_RING];
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    return fg_event_seq() - seq <= FGS_EVENT_RING;
+    struct event_ctx c = {m, arg, NVML_SUCCESS};
+    if (fg_guarded(m->hdr, m->len, events_body, &c) != 0) return FG_MAP_CHANGED;
+    c.out->serial = m->serial;
+    c.out->first = m->first_event;
+    return c.status;
 }
 
-/* ------------------------------------------------------------------------------------------
- * Private helpers for fakegpu's Python side (fault injection, layout checks). They open the
- * file themselves, so they work without nvmlInit and in any process.
- * ---------------------------------------------------------------------------------------- */
-
-enum { FG_FAULT_XID = 1, FG_FAULT_ECC_DBE, FG_FAULT_GPU_LOST, FG_FAULT_NVLINK_DOWN,
-       FG_FAULT_FABRIC_DEGRADED };
-
-struct fault_arg {
-    int kind;
-    long long value;
-    int clear;
-    const struct fgs_gpu_static *s;
-};
-
-static nvmlReturn_t apply_fault(uint32_t gpu, struct fgs_gpu_dynamic *d, struct fgs_event *ev,
-                                int *has_event, void *argp)
-{
-    const struct fault_arg *a = argp;
-    ev->gpu = gpu;
-    ev->gpu_instance_id = FG_NO_GPU;
-    ev->compute_instance_id = FG_NO_GPU;
-    if (a->clear) {
-        switch (a->kind) {
-        case 0:
-            d->lost = 0;
-            d->fabric_degraded = 0;
-            d->link_down_mask = 0;
-            d->ecc_dbe_volatile = 0;
-            d->last_xid = 0;
-            return NVML_SUCCESS;
-        case FG_FAULT_XID: d->last_xid = 0; return NVML_SUCCESS;
-        case FG_FAULT_ECC_DBE: d->ecc_dbe_volatile = 0; return NVML_SUCCESS;
-        case FG_FAULT_GPU_LOST: d->lost = 0; return NVML_SUCCESS;
-        case FG_FAULT_FABRIC_DEGRADED: d->fabric_degraded = 0; return NVML_SUCCESS;
-        case FG_FAULT_NVLINK_DOWN:
-            if (a->value < 0) d->link_down_mask = 0;
-            else if (a->value < 64) d->link_down_mask &= ~(1ull << a->value);
-            else return NVML_ERROR_INVALID_ARGUMENT;
-            return NVML_SUCCESS;
-        default: return NVML_ERROR_INVALID_ARGUMENT;
-        }
-    }
-    switch (a->kind) {
-    case FG_FAULT_XID:
-        if (a->value <= 0 || a->value > 0xffffffffll) return NVML_ERROR_INVALID_ARGUMENT;
-        d->last_xid = (uint32_t)a->value;
-        d->xid_count++;
-        ev->event_type = nvmlEventTypeXidCriticalError;
-        ev->event_data = (uint64_t)a->value;
-        *has_event = 1;
-        return NVML_SUCCESS;
-    case FG_FAULT_ECC_DBE:
-        d->ecc_dbe_volatile++;
-        ev->event_type = nvmlEventTypeDoubleBitEccError;
-        ev->event_data = 0;
-        *has_event = 1;
-        return NVML_SUCCESS;
-    case FG_FAULT_GPU_LOST:
-        d->lost = 1;
-        d->last_xid = 79; /* "GPU has fallen off the bus" */
-        d->xid_count++;
-        ev->event_type = nvmlEventTypeXidCriticalError;
-        ev->event_data = 79;
-        *has_event = 1;
-        return NVML_SUCCESS;
-    case FG_FAULT_NVLINK_DOWN:
-        if (a->value < 0 || a->value >= (long long)a->s->link_count)
-            return NVML_ERROR_INVALID_ARGUMENT;
-        d->link_down_mask |= 1ull << a->value;
-        return NVML_SUCCESS;
-    case FG_FAULT_FABRIC_DEGRADED:
-        if (!a->s->fabric_present) return NVML_ERROR_NOT_SUPPORTED;
-        d->fabric_degraded = 1;
-        return NVML_SUCCESS;
-    default: return NVML_ERROR_INVALID_ARGUMENT;
-    }
-}
-
-static int fault_helper(const char *path, unsigned int gpu, int kind, long long value, int clear)
-{
-    if (path == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    int fd;
-    struct fgs_header *h;
-    size_t len;
-    nvmlReturn_t rc = map_file(path, &fd, &h, &len);
-    if (rc != NVML_SUCCESS) return (int)rc;
-    if (gpu >= h->gpu_count) {
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    } else {
-        struct fault_arg a = {kind, value, clear, &gpu_rec(h, gpu)->s};
-        rc = mutate(h, fd, gpu, apply_fault, &a);
-    }
-    munmap(h, len);
-    close(fd);
-    return (int)rc;
-}
-
-FG_EXPORT int fakegpu_inject_fault(const char *path, unsigned int gpu, int kind, long long value)
-{
-    return fault_helper(path, gpu, kind, value, 0);
-}
-
-FG_EXPORT int fakegpu_clear_fault(const char *path, unsigned int gpu, int kind, long long value)
-{
-    return fault_helper(path, gpu, kind, value, 1);
-}
-
-/* Validate a state file as nvmlInit would; returns the NVML code. */
-FG_EXPORT int fakegpu_check_state(const char *path)
-{
-    if (path == NULL) return NVML_ERROR_INVALID_ARGUMENT;
-    int fd;
-    struct fgs_header *h;
-    size_t len;
-    nvmlReturn_t rc = map_file(path, &fd, &h, &len);
-    if (rc == NVML_SUCCESS) {
-        munmap(h, len);
-        close(fd);
-    }
-    return (int)rc;
-}
-
-/* Copy a consistent snapshot of one GPU's dynamic record (for tests and `fakegpu smi`). */
-FG_EXPORT int fakegpu_read_dynamic(const char *path, unsigned int gpu, void *out, size_t len)
-{
-    if (path == NULL || out == NULL || len != sizeof(struct fgs_gpu_dynamic))
-        return NVML_ERROR_INVALID_ARGUMENT;
-    int fd;
-    struct fgs_header *h;
-    size_t maplen;
-    nvmlReturn_t rc = map_file(path, &fd, &h, &maplen);
-    if (rc != NVML_SUCCESS) return (int)rc;
-    if (gpu < h->gpu_count) read_dyn(h, fd, gpu, out);
-    else rc = NVML_ERROR_INVALID_ARGUMENT;
-    munmap(h, maplen);
-    close(fd);
-    return (int)rc;
-}
+nvmlReturn_t fg_events(struct fg_events *out) { return with_map(events_op, out); }
