@@ -78,6 +78,10 @@ def build(data: Any, source: str) -> Topology:
         report.add("name", f"is {len(name.encode())} bytes in UTF-8, expected at most "
                            f"{MAX_NAME_BYTES}")
         name = None
+    elif name is not None and not name.isprintable():
+        # A NUL would cut the state file's copy short; a newline would split messages.
+        report.add("name", f"is {name!r}, expected printable text without control characters")
+        name = None
     seed = report.int_in(top, "seed", "", 0, 2**63 - 1, default=0)
     driver = _driver(report, top.get("driver"))
     fabrics = _fabrics(report, top.get("fabrics"), seed or 0)

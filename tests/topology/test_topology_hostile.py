@@ -189,3 +189,9 @@ def test_switches_that_fit_get_unique_buses() -> None:
 def test_a_trailing_newline_is_not_a_valid_name(text: str, field: str) -> None:
     # `$` matches before a final newline: "a\n" passed as a Kubernetes node name.
     assert _one_line(text).startswith(f"t.yaml: {field}: ")
+
+
+@pytest.mark.parametrize("name", ['"a\\0b"', '"a\\nb"', '"\\e[31mred"'])
+def test_topology_name_is_printable_text(name: str) -> None:
+    # A NUL cut the state file's copy of the name short without a word.
+    assert _one_line(f"name: {name}\n{NODES}").startswith("t.yaml: name: is ")
