@@ -16,7 +16,11 @@ def load_topology(path: str | Path) -> Topology:
     """Read and validate a topology file; every failure is a TopologyError."""
     source = str(path)
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+        # Devices and FIFOs are refused before opening (an open can block or have effects);
+        # O_NONBLOCK and the second check cover one swapped in between.
+        kind = _kind(os.stat(path).st_mode)
+        if kind is not None:
+            raise TopologyError(source, [Problem("", f"is {kind}, expected a YAML file")])
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as err:
         raise TopologyError(source, [Problem("", f"cannot read: {err.strerror or err}")]) \
