@@ -21,19 +21,18 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from fakegpu.cluster import cleanup, images
+from fakegpu import fsutil
+from fakegpu.cluster import cleanup, images, install
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
 from fakegpu.cluster.kubeconfig import write_kubeconfig
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.node import NodeBinaries, NodeLayout
-from fakegpu.cluster.pki import CertificateAuthority, CertPair
 from fakegpu.cluster.process import (
     CommandError,
     ProcessRecord,
@@ -46,6 +45,7 @@ from fakegpu.cluster.process import (
     wait_until,
 )
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
+from fakegpu.deploy.manifests import Install
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
 from fakegpu.nvml import env as nvml_env
@@ -157,10 +157,8 @@ class ClusterState:
             "processes": {k: v.to_json() for k, v in self.processes.items()},
             "interfaces": self.interfaces, "cgroups": self.cgroups, "firewall": self.firewall,
         }
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, indent=2))
-        tmp.replace(self.path)  # atomic: a concurrent reader never sees half a file
+        # Atomic: `down` or `status` of another process may read it at any moment.
+        fsutil.atomic_write(self.path, json.dumps(doc, indent=2))
 
     @classmethod
     def load(cls, root: Path) -> ClusterState:
@@ -366,13 +364,10 @@ class EmbeddedProvider:
         return cp
 
     def _apply_objects(self, st: ClusterState, bins: NodeBinaries) -> None:
-        manifests = [_PLUGIN_RBAC]
-        pkg = resources.files("fakegpu.plugin").joinpath("manifests")
-        for f in ("deviceclass.yaml", "deviceclass-mig.yaml"):
-            res = pkg.joinpath(f)
-            if res.is_file():
-                manifests.append(res.read_text())
-        kubectl(st, bins, ["apply", "-f", "-"], input_text="\n---\n".join(manifests))
+        # Exactly the Helm chart's objects (service account, RBAC, admission policy,
+        # DeviceClasses), so the plugin has the same rights here as on kind: install.py.
+        with kubeapi.session(st.kubeconfig) as api:
+            kubeapi.apply(api, install.objects(_install(st, kubeapi.resource_version(api))))
 
     def _node_files(self, st: ClusterState, lay: NodeLayout, bins: NodeBinaries,
                     certs: ControlPlaneCerts, gates: dict[str, bool]) -> None:
@@ -382,15 +377,12 @@ class EmbeddedProvider:
                                orgs=("system:nodes",), client=True, directory=node_pki)
         serving = ca.issue("kubelet-serving", f"system:node:{lay.name}", server=True,
                                 dns=(lay.name,), ips=(lay.ip,), directory=node_pki)
-        plugin = ca.issue("plugin", f"fakegpu-plugin:{lay.name}",
-                               orgs=(PLUGIN_GROUP,), client=True, directory=node_pki)
         cfg = nodemod.render_kubelet_config(lay, ca=ca.cert_path, serving_cert=serving.cert,
                                             serving_key=serving.key, gates=gates)
         nodemod.write_node_files(lay, bins, st.pause_image, cfg)
         write_kubeconfig(lay.kubelet_kubeconfig, server=st.server, ca=ca.cert_path,
                          cert=client.cert, key=client.key, cluster=st.name,
                          user=f"system:node:{lay.name}")
-        _kubeconfig_for(lay.plugin_kubeconfig, st, ca, plugin, f"fakegpu-plugin:{lay.name}")
         st.cgroups.append(lay.cgroup_root)
         st.save()
         cleanup.create_cgroup(lay.cgroup_root)
@@ -408,6 +400,17 @@ class EmbeddedProvider:
 
     def _start_plugin(self, st: ClusterState, lay: NodeLayout, env: dict[str, str]) -> None:
         (lay.root / "plugin.env").write_text(json.dumps(env))  # start_node needs it again
+        if not lay.plugin_kubeconfig.is_file():
+            # The chart's service account with a token bound to this node's Node object (it
+            # exists once the kubelet registered): the plugin's identity on kind, too.
+            values = _install(st)
+            with kubeapi.session(st.kubeconfig) as api:
+                token = kubeapi.service_account_token(
+                    api, values.namespace, values.service_account, node=lay.name,
+                    seconds=install.TOKEN_SECONDS)
+            install.write_plugin_credentials(
+                token, values, kubeconfig=lay.plugin_kubeconfig, token_file=lay.plugin_token,
+                server=st.server, ca=st.cp_dir / "pki" / "ca.crt", cluster=st.name)
         rec = nodemod.start_plugin(lay, st.driver, env)
         st.processes[rec.name] = rec
         st.save()
@@ -697,43 +700,10 @@ class _Bringup:
 
 _DEAD = ProcessRecord("none", 0, -1, "", Path("/dev/null"))
 
-PLUGIN_GROUP = "fakegpu:plugins"
-# What the real GPU driver's service account may do, given to the plugins' group.
-_PLUGIN_RBAC = f"""\
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: fakegpu-plugin
-rules:
-- apiGroups: ["resource.k8s.io"]
-  resources: ["*"]
-  verbs: ["*"]
-- apiGroups: [""]
-  resources: ["nodes", "pods"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: ["", "events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch", "update"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: fakegpu-plugin
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: fakegpu-plugin
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: {PLUGIN_GROUP}
-"""
 
-
-def _kubeconfig_for(path: Path, st: ClusterState, ca: CertificateAuthority, pair: CertPair,
-                    user: str) -> None:
-    write_kubeconfig(path, server=st.server, ca=ca.cert_path, cert=pair.cert, key=pair.key,
-                     cluster=st.name, user=user)
+def _install(st: ClusterState, api_version: str = "v1") -> Install:
+    """The chart's values for this cluster (its driver; DeviceClasses in ``api_version``)."""
+    return Install(driver=st.driver, resource_api=f"resource.k8s.io/{api_version}")
 
 
 def kubectl(st: ClusterState, bins: NodeBinaries, args: list[str], *, check: bool = True,

@@ -34,7 +34,9 @@ def objects(install: Install) -> list[dict[str, Any]]:
 def write_plugin_credentials(token: str, install: Install, *, kubeconfig: Path,
                              token_file: Path, server: str, ca: Path, cluster: str) -> Path:
     """Write a plugin's token (from TokenRequest, bound to its Node) and its kubeconfig."""
-    fsutil.atomic_write(token_file, token.strip() + "\n", mode=0o600)
+    # Exactly the token: the Python client sends a tokenFile's bytes as they are (a newline
+    # makes an invalid header), unlike Go's.
+    fsutil.atomic_write(token_file, token.strip(), mode=0o600)
     user = f"system:serviceaccount:{install.namespace}:{install.service_account}"
     return write_kubeconfig(kubeconfig, server=server, ca=ca, token_file=token_file,
                             cluster=cluster, user=user)

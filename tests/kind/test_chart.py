@@ -279,6 +279,7 @@ def test_the_plugin_writes_only_what_its_node_owns(apiserver: tuple[Path, Path],
     from fakegpu.cluster import install
     from fakegpu.deploy.manifests import Install
     from fakegpu.kube import api as kubeapi
+    from fakegpu.testkit.wait import until_true, wait_for
 
     admin_kubeconfig, _ = apiserver
     cfg = yaml.safe_load(admin_kubeconfig.read_text())["clusters"][0]["cluster"]
@@ -322,6 +323,16 @@ def test_the_plugin_writes_only_what_its_node_owns(apiserver: tuple[Path, Path],
         create = objects.create_cluster_custom_object
         args = ("resource.k8s.io", "v1", "resourceslices")
         own = client.CoreV1Api(plugin).read_node("n1").to_dict()  # get nodes: the owner
+
+        def enforced() -> bool:  # a new policy takes effect once the apiserver has loaded it
+            try:
+                create(*args, _slice("probe", "n2"), dry_run="All")
+            except ApiException:
+                return True
+            return False
+
+        wait_for(until_true(enforced), what="the admission policy to take effect", timeout=60,
+                 interval=0.5)
         create(*args, _slice("n1-a", "n1", owner=own))
         assert "may not write a ResourceSlice" in refused(create, *args, _slice("n2-a", "n2"))
         assert "may not make node" in refused(create, *args,

@@ -19,13 +19,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu import paths
+from fakegpu import fsutil, paths
 from fakegpu.cluster import binaries, featuregates, images
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
+from fakegpu.deploy import manifests
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.load import load_topology
@@ -33,8 +34,9 @@ from fakegpu.topology.load import load_topology
 DEFAULT_DRIVER = "gpu.fakegpu.dev"
 NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
 CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakegpu"
-RELEASE = "fakegpu"
-NAMESPACE = "fakegpu-system"
+# The release the embedded provider renders the chart's shared objects for, too.
+RELEASE = manifests.RELEASE
+NAMESPACE = manifests.NAMESPACE
 
 
 def clusters_dir() -> Path:
@@ -63,10 +65,7 @@ class KindState:
         return self.root / "kubeconfig"
 
     def save(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / "state.json.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        os.replace(tmp, self.root / "state.json")
+        fsutil.atomic_write(self.root / "state.json", json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, name: str) -> KindState | None:
