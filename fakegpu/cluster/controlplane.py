@@ -32,6 +32,7 @@ from fakegpu.cluster.process import (
     terminate,
     wait_until,
 )
+from fakegpu.kube import api as kubeapi
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the "kubernetes" Service
@@ -324,20 +325,14 @@ class ControlPlane:
         assert self.certs is not None
         return self.certs
 
-    def admin_ssl_context(self) -> ssl.SSLContext:
-        c = self._certs()
-        ctx = ssl.create_default_context(cafile=str(c.ca.cert_path))
-        ctx.load_cert_chain(str(c.admin.cert), str(c.admin.key))
-        return ctx
-
     def _apiserver_ready(self) -> bool:
-        return _https_ok(f"{self.server}/readyz", self.admin_ssl_context())
+        with kubeapi.session(self.kubeconfig) as api:
+            return kubeapi.get(api, "/readyz", timeout=5).strip() == b"ok"
 
     def get_json(self, path: str, timeout: float = 10.0) -> Any:
         """GET ``path`` from the apiserver as admin and decode the JSON body."""
-        req = urllib.request.Request(f"{self.server}{path}", headers={"Accept": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout, context=self.admin_ssl_context()) as r:
-            return json.loads(r.read())
+        with kubeapi.session(self.kubeconfig) as api:
+            return kubeapi.get_json(api, path, timeout)
 
     def to_json(self) -> dict[str, Any]:
         return {"workdir": str(self.workdir), "ports": self.ports.to_json(),
@@ -346,16 +341,18 @@ class ControlPlane:
 
 
 def _etcd_healthy(client_url: str) -> bool:
+    # etcd's own plain-HTTP health endpoint, before any API server exists.
     with urllib.request.urlopen(f"{client_url}/health", timeout=5) as r:
         return bool(json.loads(r.read()).get("health") == "true")
 
 
-def _https_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
-    if ctx is None:
-        # kcm and scheduler serve a self-signed cert: we only ask whether they answer "ok".
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
+def _https_ok(url: str) -> bool:
+    """Whether a controller's own /healthz answers 200. Not the API server (that is reached
+    through fakegpu.kube): kcm and scheduler serve a self-signed certificate on their own
+    port, and only whether they answer is asked."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
     with contextlib.closing(urllib.request.urlopen(url, timeout=5, context=ctx)) as r:
         return bool(r.status == 200)
 

@@ -12,9 +12,10 @@ import threading
 from pathlib import Path
 from typing import Any, cast
 
-from kubernetes import client, config
+from kubernetes import client
 
-from .slices import GROUP, VERSIONS
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP, NoResourceApi, newest_served
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 10.0
@@ -45,21 +46,11 @@ class Kube:
     def _client(self) -> client.ApiClient:
         with self._lock:
             if self._api is None:
-                cfg = client.Configuration()
                 try:
-                    if self._kubeconfig is not None:
-                        config.load_kube_config(  # type: ignore[no-untyped-call]
-                            str(self._kubeconfig), client_configuration=cfg)
-                    else:  # a DaemonSet pod: its service account, else $KUBECONFIG / ~/.kube
-                        try:
-                            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                                client_configuration=cfg)
-                        except config.ConfigException:
-                            config.load_kube_config(  # type: ignore[no-untyped-call]
-                                client_configuration=cfg)
+                    # None: a DaemonSet pod's service account, else $KUBECONFIG / ~/.kube.
+                    self._api = kubeapi.connect(self._kubeconfig)
                 except Exception as err:
                     raise _wrap("cannot load Kubernetes credentials", err) from err
-                self._api = client.ApiClient(cfg)
             return self._api
 
     def version(self) -> str:
@@ -67,19 +58,18 @@ class Kube:
         if self._version is not None:
             return self._version
         try:
-            groups = client.ApisApi(self._client()).get_api_versions(_request_timeout=TIMEOUT_S)
+            served = kubeapi.served_versions(self._client(), GROUP)
         except KubeError:
             raise
         except Exception as err:
             raise _wrap("cannot list API groups", err) from err
-        served = {v.version for g in groups.groups or [] if g.name == GROUP for v in g.versions}
-        for version in VERSIONS:
-            if version in served:
-                log.info("using %s/%s (served: %s)", GROUP, version, ",".join(sorted(served)))
-                self._version = version
-                return version
-        raise KubeError(f"the apiserver serves no usable {GROUP} version "
-                        f"(served: {sorted(served) or 'none'}; need one of {', '.join(VERSIONS)})")
+        try:
+            version = newest_served(served)  # the rule cluster and test kit use too
+        except NoResourceApi as err:
+            raise KubeError(str(err)) from None
+        log.info("using %s/%s (served: %s)", GROUP, version, ",".join(sorted(served)))
+        self._version = version
+        return version
 
     def server_minor(self) -> int:
         """The apiserver's minor version (37 for v1.37.2); cached once known. What a minor

@@ -13,11 +13,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# GROUP, VERSIONS: the one resource.k8s.io rule (newest first), shared with cluster and test kit.
+from fakegpu.kube.resource import GROUP, VERSIONS
+
 from .discovery import Device, Inventory
 
-GROUP = "resource.k8s.io"
-# Newest first: the plugin publishes with the first one the apiserver serves.
-VERSIONS = ("v1", "v1beta2", "v1beta1")
 MAX_DEVICES_PER_SLICE = 128
 MAX_TAINTED_DEVICES_PER_SLICE = 64  # the apiserver's limit once any device has taints (1.35+)
 OWN_DOMAIN = "fakegpu.dev"

@@ -16,18 +16,18 @@ from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
 
 from fakegpu.errors import FakegpuError
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP
 
-from .k8s import _TRANSIENT, is_transient_api_error, served_version
+from .k8s import _TRANSIENT, is_transient_api_error
 from .wait import NotYet, wait_for
-
-GROUP = "resource.k8s.io"
 
 
 class ResourceApi:
     """CRUD on resource.k8s.io objects at the version the apiserver prefers."""
 
     def __init__(self, api: Any, version: str | None = None) -> None:
-        self.version = version or served_version(api, GROUP)
+        self.version = version or kubeapi.resource_version(api)
         self._objects = kclient.CustomObjectsApi(api)
 
     @property

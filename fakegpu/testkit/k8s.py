@@ -15,12 +15,11 @@ from typing import Any
 
 import yaml
 from kubernetes import client as kclient
-from kubernetes import config as kconfig
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 from kubernetes.stream import stream
 
 from fakegpu.errors import FakegpuError
+from fakegpu.kube import api as kubeapi
 
 from .wait import NotYet, wait_for
 
@@ -37,9 +36,7 @@ class PodFailed(FakegpuError):
 
 def new_api_client(kubeconfig: Path) -> Any:
     """An ApiClient for the cluster of ``kubeconfig`` (its current context)."""
-    # The kubernetes config loader is untyped; the client it returns is an ApiClient.
-    return kconfig.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig))
+    return kubeapi.connect(kubeconfig)
 
 
 def is_transient_api_error(err: BaseException) -> bool:
@@ -50,15 +47,6 @@ def is_transient_api_error(err: BaseException) -> bool:
 
 
 _TRANSIENT: tuple[type[BaseException], ...] = (ApiException, ConnectionError, TimeoutError)
-
-
-def served_version(api: Any, group: str) -> str:
-    """The version of ``group`` the apiserver prefers (e.g. ``v1`` for resource.k8s.io on 1.34+)."""
-    groups: Any = kclient.ApisApi(api).get_api_versions()
-    for g in groups.groups:
-        if g.name == group and g.preferred_version is not None:
-            return str(g.preferred_version.version)
-    raise FakegpuError(f"the apiserver does not serve API group {group}")
 
 
 # --- namespaces ---------------------------------------------------------------------------------
@@ -270,15 +258,8 @@ def apply_manifests(
     namespace: str | None = None,
 ) -> list[dict[str, Any]]:
     """Server-side apply each object (idempotent, like ``kubectl apply --server-side``)."""
-    dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
-    applied: list[dict[str, Any]] = []
-    for obj in load_manifests(source):
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        ns = (obj["metadata"].get("namespace") or namespace) if res.namespaced else None
-        out = res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=ns,
-                                    field_manager=FIELD_MANAGER, force_conflicts=True)
-        applied.append(out.to_dict())
-    return applied
+    return kubeapi.apply(api, load_manifests(source), namespace=namespace,
+                         field_manager=FIELD_MANAGER)
 
 
 # --- diagnostics (attached to failing e2e reports) ----------------------------------------------
