@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,3 +195,42 @@ def _mounts_in(proc: Path, root: Path) -> bool:
         return str(root) + "/" in (proc / "mountinfo").read_text()
     except OSError:
         return False
+
+
+def test_failed_up_saves_logs_and_leaves_nothing(fail_at: Any,
+                                                  injected_failure: type[Exception]) -> None:
+    """A real bring-up that fails after its kubelets started (etcd, apiserver, controllers,
+    containerd and the kubelet all running): the logs are saved, then everything goes."""
+    reason = _missing()
+    if reason:
+        pytest.skip(f"SKIPPED LOUDLY: embedded cluster integration test: {reason}")
+    name = f"itf-{os.getpid()}"
+    lifecycle = get_provider("embedded", timeout=180)
+    lifecycle.down(name)  # a leftover of an aborted earlier run
+    links_before = _fakegpu_links()
+    failing = fail_at(lifecycle.provider, "fakegpu plugins", after=False)
+    with pytest.raises(injected_failure) as info:
+        Lifecycle(failing, lifecycle.console).up(name, TOPOLOGY, None)
+    assert failing.reached
+    (note,) = [n for n in info.value.__notes__ if n.startswith("logs of the failed cluster")]
+    saved = Path(note.rsplit(": ", 1)[1])
+    try:
+        logs = {p.relative_to(saved).as_posix() for p in saved.rglob("*.log")}
+        node = "dgx-h100-0"
+        assert {"cp/etcd.log", "cp/kube-apiserver.log", f"{node}/kubelet.log",
+                f"{node}/containerd.log"} <= logs, logs
+        assert (saved / f"{node}" / "kubelet.log").stat().st_size > 0
+        root = embedded.clusters_dir() / name
+        assert not root.exists()
+        assert pids_matching(lambda argv: any(str(root) in a for a in argv)) == []
+        assert cleanup.mounts_under(Path("/proc/self/mountinfo").read_text(), root) == []
+        for h in cleanup.cgroup_hierarchies():
+            assert not (h / f"fakegpu-{name}-0").exists(), h
+        assert _fakegpu_links() <= links_before  # its bridges went with it
+        assert lifecycle.status(name) is None
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+
+
+def _fakegpu_links() -> set[str]:
+    return {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("fg")}
