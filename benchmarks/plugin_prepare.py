@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,11 +47,12 @@ import grpc
 from fakegpu.plugin.discovery import Device, Inventory
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
 from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
-from fakegpu.plugin.server import PluginServers, socket_paths
+from fakegpu.plugin.server import PluginServers, socket_alive, socket_paths
 
 DRIVER, GPUS, CLAIMS, NAMESPACE = "gpu.fakegpu.dev", 8, 100, "bench"
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = (1, 10, 100)
+MIN_SAMPLES = 200  # per concurrency: --rounds per worker, or more when that gives fewer
 
 
 def _inventory() -> Inventory:
@@ -105,15 +107,14 @@ def with_apiserver(root: Path, external: str | None,
                    external_driver: str) -> Iterator[tuple[Path, dict[str, str]]]:
     from kubernetes import client, config
 
-    from fakegpu.cluster import binaries
     from fakegpu.cluster.controlplane import ControlPlane
     from fakegpu.nvml import env as nvml
     from fakegpu.nvml import state
     from fakegpu.topology.load import load_topology
 
-    bins = binaries.cached()
+    bins = _control_plane_binaries()
     if bins is None:
-        print("no cached Kubernetes binaries (fakegpu cluster up builds them): "
+        print("no cached kube-apiserver + etcd (fakegpu cluster up builds them): "
               "--apiserver skipped")
         sys.exit(0)
     topology = load_topology(REPO / "fixtures" / "hgx-h200.yaml")
@@ -121,7 +122,10 @@ def with_apiserver(root: Path, external: str | None,
     driver = external_driver if external else DRIVER
     with ControlPlane(root / "cp", bins, controllers=False) as cp:
         api = config.new_client_from_config(str(cp.kubeconfig))
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+        # The node exists, as on a cluster: a plugin that publishes slices finds it.
+        core.create_node({"metadata": {"name": node}})
         objects = client.CustomObjectsApi(api)
         uids = {}
         for i in range(CLAIMS):
@@ -135,6 +139,8 @@ def with_apiserver(root: Path, external: str | None,
                 "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", f"c{i}", made)
             uids[f"c{i}"] = made["metadata"]["uid"]
         log = (root / "plugin.log").open("w")
+        for sub in ("plugins_registry", "plugins"):  # what a kubelet has made
+            (root / "kubelet" / sub).mkdir(parents=True, exist_ok=True)
         if external:
             command = external.format(kubeconfig=cp.kubeconfig, root=root, node=node)
             proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
@@ -151,23 +157,53 @@ def with_apiserver(root: Path, external: str | None,
         sock = root / "kubelet" / "plugins" / driver / "dra.sock"
         try:
             deadline = time.monotonic() + 60
-            while not sock.exists():
+            while not socket_alive(sock):  # accepting, not merely created
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"the plugin did not start; see {root / 'plugin.log'}:\n"
                                      + (root / "plugin.log").read_text()[-2000:])
                 time.sleep(0.1)
             yield sock, uids
+            written = sum(
+                any(d.get("driver") == driver for d in (c.get("status") or {}).get("devices") or [])
+                for c in objects.list_namespaced_custom_object(
+                    "resource.k8s.io", "v1", NAMESPACE, "resourceclaims")["items"])
+            print(f"claims with status.devices written by {driver}: {written}/{CLAIMS}")
         finally:
-            os.killpg(proc.pid, 15)
-            proc.wait(30)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(30)
             log.close()
+            noisy = [line for line in (root / "plugin.log").read_text().splitlines()
+                     if "WARN" in line or "ERROR" in line or line.startswith(("W1", "E1"))]
+            print(f"plugin log: {len(noisy)} warning/error lines"
+                  + "".join(f"\n  {line[:160]}" for line in noisy[:5]))
+
+
+def _control_plane_binaries() -> Any:
+    """kube-apiserver and etcd from the binary cache, or None: only those two are needed."""
+    from types import SimpleNamespace
+
+    from fakegpu.cluster import binaries, bincache
+
+    version = binaries.resolve_version(None)
+    found = {}
+    for recipe in binaries.recipes(version):
+        if recipe.component.key in ("kubernetes", "etcd"):
+            if bincache.load_manifest(recipe.component) is None:
+                return None
+            found[recipe.component.key] = bincache.entry_dir(recipe.component) / "bin"
+    k8s = found["kubernetes"]
+    return SimpleNamespace(k8s_version=version, kube_apiserver=k8s / "kube-apiserver",
+                           kube_controller_manager=k8s / "kube-controller-manager",
+                           kube_scheduler=k8s / "kube-scheduler", kubectl=k8s / "kubectl",
+                           etcd=found["etcd"] / "etcd")
 
 
 def measure(sock: Path, uids: dict[str, str], rounds: int,
             report: Callable[[str], None]) -> dict[str, Any]:
     stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{sock}"))
 
-    def one(i: int) -> list[tuple[float, float]]:
+    def one(i: int, rounds: int) -> list[tuple[float, float]]:
         claim = dra_v1_pb2.Claim(namespace=NAMESPACE, name=f"c{i}", uid=uids[f"c{i}"])
         pairs = []
         for _ in range(rounds):
@@ -182,13 +218,14 @@ def measure(sock: Path, uids: dict[str, str], rounds: int,
             pairs.append((mid - start, time.perf_counter() - mid))
         return pairs
 
-    one(0)  # warm up: connections, caches
+    one(0, 3)  # warm up: connections, caches
     results: dict[str, Any] = {}
     report(f"{'concurrent':>10} {'prepare p50':>12} {'p99':>8} {'unprepare p50':>14} {'p99':>8} "
            f"{'both p50':>9} {'p99':>8} {'samples':>8}   (ms)")
     for n in CONCURRENCY:
+        repeat = max(rounds, -(-MIN_SAMPLES // n))  # enough samples for a p99 at n=1 too
         with ThreadPoolExecutor(max_workers=n) as pool:
-            pairs = [p for got in pool.map(one, range(n)) for p in got]
+            pairs = [p for got in pool.map(one, range(n), [repeat] * n) for p in got]
         row = {}
         for label, values in (("prepare", [p for p, _ in pairs]),
                               ("unprepare", [u for _, u in pairs]),

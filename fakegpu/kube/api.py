@@ -24,6 +24,7 @@ from fakegpu.kube.resource import GROUP, newest_served
 
 TIMEOUT_S = 10.0
 FIELD_MANAGER = "fakegpu"
+POOL_SIZE = 64  # connections kept open to the apiserver, per client
 # What a call can fail with when the apiserver refuses it (ApiException: HTTP status) or is not
 # reached (urllib3: connection refused, TLS not ready, read timeout).
 ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
@@ -44,6 +45,10 @@ def connect(kubeconfig: Path | None = None) -> client.ApiClient:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except config.ConfigException:
             config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    # Callers run many requests at once (the DRA plugin: one per in-flight kubelet call plus
+    # its status writes); past the client's default pool (5 per CPU) urllib3 opens and then
+    # discards a TLS connection for every extra request.
+    cfg.connection_pool_maxsize = POOL_SIZE
     return client.ApiClient(cfg)
 
 

@@ -142,12 +142,13 @@ class Records:
             return None
 
     def stage(self, claim: PreparedClaim) -> Path:
-        """A temp file holding the record; :meth:`commit` renames it into place and
-        :meth:`sync` makes it durable. (Synced after the rename, so that one journal commit
-        covers data and rename; a crash in between leaves a torn record, which :meth:`get`
-        treats as unreadable: the claim is prepared again.)"""
+        """A synced temp file holding the record; :meth:`commit` renames it into place.
+
+        The rename is not synced: a record is whole or absent, and one a power loss took
+        is prepared again when the kubelet, restarting the node's pods, asks again.
+        """
         body = json.dumps({"version": VERSION, "claim": claim.to_json()}, sort_keys=True)
-        return fsutil.write_temp(self.path(claim.uid), body, sync=False)
+        return fsutil.write_temp(self.path(claim.uid), body)
 
     def commit(self, uid: str, staged: Path) -> None:
         """Rename a staged record into place (under the commit lock; sync the dir after)."""
@@ -170,14 +171,8 @@ class Records:
                 found[uid] = claim
         return found
 
-    def sync(self, uids: Iterable[str] = ()) -> None:
-        """Make committed records (and removals) durable: each file, then the directory."""
-        for uid in uids:
-            fd = os.open(self.path(uid), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+    def sync(self) -> None:
+        """Make renames and removals in the records' directory durable."""
         fsutil.fsync_dir(self.dir)
 
     def recover(self) -> None:
@@ -215,7 +210,7 @@ class Records:
         staged = [(c.uid, self.stage(c)) for c in claims if not self.path(c.uid).exists()]
         for uid, tmp in staged:
             self.commit(uid, tmp)
-        self.sync(uid for uid, _ in staged)
+        self.sync()
         legacy.unlink()  # only now: a crash before this migrates again, idempotently
         fsutil.fsync_dir(self.state_dir)
         log.info("migrated %d prepared claims from %s to one record each in %s",

@@ -2,12 +2,11 @@
 
 Stateless between calls: the state is one record per prepared claim (``checkpoint.Records``),
 shared by every instance on the node (rolling update). A call reads and plans its claims
-without any lock, writes the CDI specs and records to synced temp files while the claims'
-device status is written to the apiserver, and then, under the commit lock, renames each
-claim's spec and record into place unless another instance got there first; one directory
-sync per batch makes it durable. No call waits on another for longer than a few renames, and
-no call's cost grows with the number of claims the node holds. Errors are per claim; nothing
-here raises to the gRPC layer.
+without any lock, writes each claim's CDI spec and (synced) record to temp files while the
+claim's device status is written to the apiserver, and then, under the commit lock, renames
+spec and record into place unless another instance got there first. No call waits on another
+for longer than a few renames, and no call's cost grows with the number of claims the node
+holds. Errors are per claim; nothing here raises to the gRPC layer.
 """
 
 from __future__ import annotations
@@ -174,8 +173,8 @@ class Driver:
         results: dict[str, PrepareResult] = {}
         staged: dict[str, _Staged] = {}
         committed: list[PreparedClaim] = []
-        # The status write (an apiserver round trip) runs while the files are written,
-        # renamed into place and synced; a claim whose status write fails is rolled back.
+        # The status write (an apiserver round trip) runs while the files are written and
+        # synced; only claims whose status was written are then renamed into place.
         status: dict[str, Future[str]] = {}
         if self._status is not None:
             status = {uid: self._status.submit(self._write_status, fetched[uid], plan)
@@ -187,42 +186,24 @@ class Driver:
                         staged[uid] = self._stage(plan)
                     except OSError as err:
                         results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
+                for uid, future in status.items():
+                    if error := future.result():
+                        results[uid] = PrepareResult(None, error)
+                        if uid in staged:
+                            staged.pop(uid).discard()
                 committed = self._commit(staged, results)
-            if committed:  # durable before the kubelet hears of it: one journal commit
-                self._records.sync(c.uid for c in committed)
-        except OSError as err:  # the lock, or the sync: nothing is known to be durable
+        except OSError as err:  # the lock: nothing was recorded
             for uid in staged:
                 results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
         finally:
             for entry in staged.values():
                 entry.discard()  # no-op for the ones renamed into place
-        ours = {c.uid: c for c in committed}
-        refused = []
-        for uid, future in status.items():
-            # Only a claim this call prepared is undone: one answered from another call's
-            # record had its status written by that call.
-            if (error := future.result()) and uid in ours:
-                results[uid] = PrepareResult(None, error)
-                refused.append(ours.pop(uid))
-        if refused:
-            self._roll_back(refused)
-        for prepared in ours.values():
-            if not results[prepared.uid].error:
-                log.info("prepared claim=%s/%s uid=%s devices=%s", prepared.namespace,
-                         prepared.name, prepared.uid,
-                         ",".join(d.device_name for d in prepared.devices))
+            for future in status.values():
+                future.result()  # never leave a write running behind an early error
+        for prepared in committed:
+            log.info("prepared claim=%s/%s uid=%s devices=%s", prepared.namespace, prepared.name,
+                     prepared.uid, ",".join(d.device_name for d in prepared.devices))
         return results
-
-    def _roll_back(self, claims: list[PreparedClaim]) -> None:
-        """Forget claims this call recorded: the record first, as unprepare does."""
-        try:
-            with self._lock.commit():
-                for claim in claims:
-                    self._records.remove(claim.uid)
-                    cdi.remove_spec(self.cfg.cdi_root, claim.cdi_spec)
-            self._records.sync()
-        except OSError as err:  # the claim's error is reported; unprepare removes the rest
-            log.error("cannot roll back claims %s: %s", ",".join(c.uid for c in claims), err)
 
     def _stage(self, plan: ClaimPlan) -> _Staged:
         prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance)

@@ -41,7 +41,7 @@ class Options:
     publish_slices: bool = True
     rediscover_interval_s: float = 10.0
     grace_period_s: float = 30.0
-    workers: int = 8
+    workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
 
 
 def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
