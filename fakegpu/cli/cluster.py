@@ -189,18 +189,20 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _node_stop(args: argparse.Namespace) -> int:
-    console = _console()
-    with console.status(f"stopping node {args.node} ..."):
-        _provider(args, console).stop_node(args.name, args.node)
-    console.print(f"node {args.node} stopped")
-    return 0
+    return _node(args, "stopping", "stopped")
 
 
 def _node_start(args: argparse.Namespace) -> int:
+    return _node(args, "starting", "is Ready")
+
+
+def _node(args: argparse.Namespace, doing: str, done: str) -> int:
     console = _console()
-    with console.status(f"starting node {args.node} ..."):
-        _provider(args, console).start_node(args.name, args.node)
-    console.print(f"node {args.node} is Ready")
+    provider = _provider(args, console)
+    act = provider.stop_node if doing == "stopping" else provider.start_node
+    with console.status(f"{doing} node {args.node} ..."):
+        act(args.name, args.node)
+    console.print(f"node {args.node} {done}")
     return 0
 
 

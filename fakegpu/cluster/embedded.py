@@ -605,13 +605,13 @@ class EmbeddedProvider:
 
 
 class _Bringup:
-    """One embedded bring-up: the state recorded first, then the ordered actions."""
+    """One embedded bring-up: its state (saved first, by the lifecycle) and its actions."""
 
     def __init__(self, provider: EmbeddedProvider, spec: ClusterSpec) -> None:
         self.p = provider
         self.spec = spec
         self.topology: Topology = spec.topology
-        self.st = ClusterState(
+        self.state = ClusterState(
             name=spec.name, root=clusters_dir() / spec.name, k8s_version=spec.k8s_version,
             topology=str(spec.topology_file), driver=provider.driver,
             nodes=[NodeState(n.name, i, bool(n.gpus)) for i, n in enumerate(spec.topology.nodes)])
@@ -619,23 +619,16 @@ class _Bringup:
         self.imgs: images.Images | None = None
         self.cp: ControlPlane | None = None
 
-    def record(self) -> None:
-        self.st.save()
-
-    def failed(self) -> None:
-        self.st.phase = "failed"
-        self.st.save()
-
     def actions(self) -> Sequence[Action]:
-        n = len(self.st.nodes)
+        n = len(self.state.nodes)
         return [
             Action("Kubernetes binaries", self._binaries),
             Action("container images", self._images),
-            Action("node network", lambda: self.p._network(self.st)),
+            Action("node network", lambda: self.p._network(self.state)),
             Action("control plane (etcd, kube-apiserver, controller-manager, scheduler)",
                    self._control_plane),
             Action("cluster objects (plugin RBAC, DeviceClasses)",
-                   lambda: self.p._apply_objects(self.st, self._bins())),
+                   lambda: self.p._apply_objects(self.state, self._bins())),
             Action(f"node files and certificates ({n} nodes)", self._node_files),
             Action("containerd on every node", self._containerd),
             Action("import images into every node", self._import_images),
@@ -648,30 +641,30 @@ class _Bringup:
         return self.bins
 
     def _layouts(self) -> list[NodeLayout]:
-        return [self.st.layout(n) for n in self.st.nodes]
+        return [self.state.layout(n) for n in self.state.nodes]
 
     def _binaries(self) -> None:
         self.bins = _binaries(self.spec.k8s_version, self.p.console)
 
     def _images(self) -> None:
         self.imgs = images.ensure_images(console=self.p.console)
-        self.st.workload_image = self.imgs.workload_ref
-        self.st.pause_image = self.imgs.pause_ref
-        self.st.save()
+        self.state.workload_image = self.imgs.workload_ref
+        self.state.pause_image = self.imgs.pause_ref
+        self.state.save()
 
     def _control_plane(self) -> None:
-        self.cp = self.p._control_plane(self.st, self._bins())
+        self.cp = self.p._control_plane(self.state, self._bins())
 
     def _node_files(self) -> None:
         assert self.cp is not None and self.cp.certs is not None
         for lay in self._layouts():
-            self.p._node_files(self.st, lay, self._bins(), self.cp.certs, self.cp.gates or {})
+            self.p._node_files(self.state, lay, self._bins(), self.cp.certs, self.cp.gates or {})
 
     def _containerd(self) -> None:
         for lay in self._layouts():
-            self.st.processes[f"containerd/{lay.name}"] = nodemod.start_containerd(
+            self.state.processes[f"containerd/{lay.name}"] = nodemod.start_containerd(
                 lay, self._bins(), self.p.policy)
-            self.st.save()
+            self.state.save()
 
     def _import_images(self) -> None:
         assert self.imgs is not None
@@ -681,21 +674,21 @@ class _Bringup:
     def _kubelets(self) -> None:
         layouts = self._layouts()
         for lay in layouts:
-            self.p._start_kubelet(self.st, lay, self._bins())
+            self.p._start_kubelet(self.state, lay, self._bins())
         for lay in layouts:
-            self.p._wait_ready(self.st, lay)
+            self.p._wait_ready(self.state, lay)
 
     def _plugins(self) -> None:
         layouts = self._layouts()
         envs = {lay.name: _render_nvml(self.topology, lay.name, lay.nvml_state)
                 for lay in layouts}
         for lay in layouts:
-            self.p._start_plugin(self.st, lay, envs[lay.name])
-        for n, lay in zip(self.st.nodes, layouts, strict=True):
+            self.p._start_plugin(self.state, lay, envs[lay.name])
+        for n, lay in zip(self.state.nodes, layouts, strict=True):
             if n.has_gpus:
-                self.p._wait_slices(self.st, lay)
-        self.st.phase = "ready"
-        self.st.save()
+                self.p._wait_slices(self.state, lay)
+        self.state.phase = "ready"
+        self.state.save()
 
 
 _DEAD = ProcessRecord("none", 0, -1, "", Path("/dev/null"))

@@ -78,7 +78,7 @@ class Lifecycle:
         progress = Progress(self.console)
         bringup = self.provider.provision(spec)
         try:
-            bringup.record()  # from here on, `down` knows this cluster
+            bringup.state.save()  # from here on, `down` knows this cluster
             for action in bringup.actions():
                 progress.run(action)
         except BaseException as err:
@@ -98,7 +98,8 @@ class Lifecycle:
         never replaces it.
         """
         try:
-            bringup.failed()
+            bringup.state.phase = "failed"
+            bringup.state.save()
         except Exception as why:
             err.add_note(f"marking cluster {name!r} failed also failed: {why}")
         if self.retain:

@@ -89,19 +89,26 @@ class Action:
     run: Callable[[], None]
 
 
+class ClusterRecord(Protocol):
+    """A provider's state file of one cluster: what its ``delete`` works from."""
+
+    phase: str  # "creating" -> "ready" (the last action sets it); "failed"
+
+    def save(self) -> None:
+        """Write it atomically (another process may read it at any moment)."""
+        ...
+
+
 class Provisioning(Protocol):
     """One bring-up in progress, made by ``Provider.provision``."""
 
-    def record(self) -> None:
-        """Save the cluster's state before anything is made, so ``delete`` knows it."""
+    @property
+    def state(self) -> ClusterRecord:
+        """Saved by the lifecycle before any action, so ``delete`` knows the cluster."""
         ...
 
     def actions(self) -> Sequence[Action]:
         """The ordered actions that make the cluster; the last one marks it ready."""
-        ...
-
-    def failed(self) -> None:
-        """Mark the recorded state as failed (called before logs are collected)."""
         ...
 
 

@@ -37,11 +37,9 @@ class _Failing:
         self.owner = owner
         self.inner = inner
 
-    def record(self) -> None:
-        self.inner.record()
-
-    def failed(self) -> None:
-        self.inner.failed()
+    @property
+    def state(self) -> Any:
+        return self.inner.state
 
     def actions(self) -> Sequence[Action]:
         out = []

@@ -55,15 +55,17 @@ class MemoryProvider:
         self.spec = spec
         provider = self
 
-        class Bringup:
-            def record(self) -> None:
-                provider.calls.append("record")
-                provider._dir(spec.name).mkdir(parents=True)
-                (provider._dir(spec.name) / "state.json").write_text('{"phase": "creating"}')
+        class State:
+            phase = "creating"
 
-            def failed(self) -> None:
-                provider.calls.append("failed")
-                (provider._dir(spec.name) / "state.json").write_text('{"phase": "failed"}')
+            def save(self) -> None:
+                provider.calls.append(f"save {self.phase}")
+                provider._dir(spec.name).mkdir(parents=True, exist_ok=True)
+                (provider._dir(spec.name) / "state.json").write_text(
+                    json.dumps({"phase": self.phase}))
+
+        class Bringup:
+            state = State()
 
             def actions(self) -> Sequence[Action]:
                 return [Action(t, provider._action(spec.name, t)) for t in provider.titles]
@@ -121,7 +123,7 @@ def test_up_runs_the_actions_in_order_after_recording_state(tmp_path: Path) -> N
     provider = MemoryProvider(tmp_path)
     info = _lifecycle(provider).up("c1", TOPOLOGY, "1.35")
     assert info.name == "c1"
-    assert provider.calls == ["exists", "check_host", "provision", "record", "one", "two",
+    assert provider.calls == ["exists", "check_host", "provision", "save creating", "one", "two",
                               "three", "status"]
     # The topology is loaded once, as a model; the version is resolved to its patch release.
     assert provider.spec is not None
@@ -135,8 +137,8 @@ def test_failed_up_saves_logs_then_removes_everything(
     provider = MemoryProvider(tmp_path / "clusters")
     with pytest.raises(injected_failure, match="injected failure at 'two'") as info:
         _lifecycle(fail_at(provider, "two")).up("c1", TOPOLOGY, None)
-    assert provider.calls == ["exists", "check_host", "provision", "record", "one", "two",
-                              "failed", "logs", "delete"]
+    assert provider.calls == ["exists", "check_host", "provision", "save creating", "one", "two",
+                              "save failed", "logs", "delete"]
     # Logs first (both actions had written theirs), then nothing left behind.
     (note,) = [n for n in info.value.__notes__ if n.startswith("logs of the failed cluster")]
     saved = Path(note.rsplit(": ", 1)[1])
@@ -149,7 +151,7 @@ def test_failed_up_with_retain_keeps_the_cluster_marked_failed(
     provider = MemoryProvider(tmp_path)
     with pytest.raises(injected_failure):
         _lifecycle(fail_at(provider, "three"), retain=True).up("c1", TOPOLOGY, None)
-    assert provider.calls[-2:] == ["three", "failed"]
+    assert provider.calls[-2:] == ["three", "save failed"]
     assert "logs" not in provider.calls and "delete" not in provider.calls
     assert json.loads((tmp_path / "c1" / "state.json").read_text()) == {"phase": "failed"}
     assert (tmp_path / "c1" / "three.log").is_file()

@@ -366,24 +366,17 @@ class KindProvider:
 
 
 class _Bringup:
-    """One kind bring-up: the state recorded first, then the ordered actions."""
+    """One kind bring-up: its state (saved first, by the lifecycle) and its actions."""
 
     def __init__(self, provider: KindProvider, spec: ClusterSpec) -> None:
         self.p = provider
-        self.st = KindState(name=spec.name, k8s_version=spec.k8s_version,
+        self.state = KindState(name=spec.name, k8s_version=spec.k8s_version,
                             topology=str(spec.topology_file), driver=provider.driver,
                             workers=[n.name for n in spec.topology.nodes])
         self.docker: Path | None = None
 
-    def record(self) -> None:
-        self.st.save()
-
-    def failed(self) -> None:
-        self.st.phase = "failed"
-        self.st.save()
-
     def actions(self) -> Sequence[Action]:
-        p, st = self.p, self.st
+        p, st = self.p, self.state
         return [
             Action("Docker", self._host),
             Action(f"kind node image (Kubernetes {st.k8s_version})",
@@ -400,13 +393,13 @@ class _Bringup:
         ]
 
     def _host(self) -> None:
-        self.docker = self.p._docker(self.st)
+        self.docker = self.p._docker(self.state)
 
     def _docker(self) -> Path:
         assert self.docker is not None, "the Docker action runs first"
         return self.docker
 
     def _finish(self) -> None:
-        self.p._nvml_copies(self.st)
-        self.st.phase = "ready"
-        self.st.save()
+        self.p._nvml_copies(self.state)
+        self.state.phase = "ready"
+        self.state.save()
