@@ -107,7 +107,7 @@ def test_a_path_in_a_flag_is_refused_before_anything_touches_the_disk(
     victim = short_tmp / "victim.sock"
     victim.write_text("precious")
     value = {"--instance-id": "../../../../victim", "--driver-name": "../x",
-             "--node-name": "n\0"}[flag]
+             "--node-name": "n/../x"}[flag]
     args = {"--instance-id": "i", "--driver-name": DRIVER, "--node-name": node, flag: value}
     done = subprocess.run(
         [sys.executable, "-m", "fakegpu", "plugin", "run", "--no-slices",
