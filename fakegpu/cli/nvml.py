@@ -46,14 +46,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fault.set_defaults(func=show_help(fault))
     kinds = "xid VALUE | ecc-dbe | gpu-lost | nvlink-down LINK | fabric-degraded"
     inject = fcmds.add_parser("inject", help=f"inject a fault: {kinds}")
-    _node_args(inject)
+    _node_args(inject, cluster=True)
     inject.add_argument("--gpu", type=int, required=True, metavar="INDEX")
     inject.add_argument("kind", metavar="KIND", help=kinds)
     inject.add_argument("value", nargs="?", type=int, metavar="VALUE")
     add_verbose(inject)
     inject.set_defaults(func=_inject)
     clear = fcmds.add_parser("clear", help="clear one kind of fault, or all of a GPU's faults")
-    _node_args(clear)
+    _node_args(clear, cluster=True)
     clear.add_argument("--gpu", type=int, required=True, metavar="INDEX")
     clear.add_argument("kind", nargs="?", metavar="KIND")
     clear.add_argument("value", nargs="?", type=int, metavar="VALUE")
@@ -63,16 +63,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     smi = sub.add_parser("smi", help="an nvidia-smi-like view of a node, read through NVML",
                          description="List GPUs, MIG devices and the NVLink matrix as NVML "
                                      "reports them (default: $FAKEGPU_NVML_STATE).")
-    _node_args(smi, required=False)
+    _node_args(smi, required=False, cluster=True)
     add_verbose(smi)
     smi.set_defaults(func=_smi)
 
 
-def _node_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+def _node_args(parser: argparse.ArgumentParser, required: bool = True,
+               cluster: bool = False) -> None:
     parser.add_argument("--topology", metavar="FILE", help="topology YAML")
     parser.add_argument("--node", metavar="NAME", help="node name (default: the only node)")
     parser.add_argument("--state", metavar="PATH",
                         help="state file (with --topology: where to render it)")
+    if cluster:
+        parser.add_argument("--cluster", metavar="NAME",
+                            help="a running cluster: act on its node --node, on any provider")
+        parser.add_argument("--provider", choices=("embedded", "kind"),
+                            help="the cluster's provider (default: the one that has it)")
     parser.set_defaults(_node_required=required)
 
 
@@ -131,16 +137,44 @@ def _existing_state(args: argparse.Namespace) -> Path:
     return path
 
 
+def _on_cluster(args: argparse.Namespace, command: list[str]) -> int | None:
+    """With --cluster: run ``command`` against that cluster's node and relay its output and
+    exit code (the node's state file may not be on this host); None without --cluster."""
+    from fakegpu.cluster import nodenvml
+
+    if args.cluster is None:
+        if args.provider is not None:
+            raise InvalidInput("--provider needs --cluster")
+        return None
+    if args.topology or args.state:
+        raise InvalidInput("--cluster names the node's state itself: "
+                           "drop --topology and --state")
+    if not args.node:
+        raise InvalidInput("--cluster needs --node NAME (a worker of that cluster)")
+    res = nodenvml.run(args.cluster, args.node, command, args.provider)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    return res.returncode
+
+
 def _inject(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.nodenvml import fault_args
     from fakegpu.nvml import faults
 
+    rc = _on_cluster(args, fault_args("inject", args.gpu, args.kind, args.value))
+    if rc is not None:
+        return rc
     faults.inject(_existing_state(args), args.gpu, args.kind, args.value)
     return EXIT_OK
 
 
 def _clear(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.nodenvml import fault_args
     from fakegpu.nvml import faults
 
+    rc = _on_cluster(args, fault_args("clear", args.gpu, args.kind, args.value))
+    if rc is not None:
+        return rc
     faults.clear(_existing_state(args), args.gpu, args.kind, args.value)
     return EXIT_OK
 
@@ -148,5 +182,8 @@ def _clear(args: argparse.Namespace) -> int:
 def _smi(args: argparse.Namespace) -> int:
     from fakegpu.nvml import smi
 
+    rc = _on_cluster(args, ["smi"])
+    if rc is not None:
+        return rc
     sys.stdout.write(smi.view(_existing_state(args)))
     return EXIT_OK

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -595,6 +596,19 @@ class EmbeddedProvider:
             self._wait_slices(st, lay)
         n.running = True
         st.save()
+
+    # --- protocol: node_nvml ---------------------------------------------------------------------
+
+    def node_nvml(self, name: str, node: str, args: Sequence[str]
+                  ) -> subprocess.CompletedProcess[str]:
+        # The node's plugin and its pods' runtime use this very file on this host.
+        st = self._load_ready(name)
+        n = st.node(node)
+        path = st.layout(n).nvml_state
+        if not n.has_gpus or not path.is_file():
+            raise InvalidInput(f"node {node!r} of cluster {name!r} has no GPUs")
+        return subprocess.run([sys.executable, "-m", "fakegpu", *args, "--state", str(path)],
+                              capture_output=True, text=True, timeout=120, check=False)
 
     def _load_ready(self, name: str) -> ClusterState:
         try:

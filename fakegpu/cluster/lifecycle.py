@@ -11,9 +11,10 @@ Providers only provision, list, delete and collect logs: this path exists once.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -143,3 +144,7 @@ class Lifecycle:
 
     def start_node(self, name: str, node: str) -> None:
         self.provider.start_node(validate_name(name), node)
+
+    def node_nvml(self, name: str, node: str, args: Sequence[str]
+                  ) -> subprocess.CompletedProcess[str]:
+        return self.provider.node_nvml(validate_name(name), node, args)

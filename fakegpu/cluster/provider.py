@@ -8,6 +8,7 @@ once, in ``lifecycle.py``. The CLI, ``fakegpu demo`` and the pytest plugin talk 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,16 @@ class Provider(Protocol):
         """Start a stopped worker again and wait until it is Ready."""
         ...
 
+    def node_nvml(self, name: str, node: str, args: Sequence[str]
+                  ) -> subprocess.CompletedProcess[str]:
+        """Run ``fakegpu <args> --state <node's NVML state>`` where that state lives.
+
+        The state the node's plugin and pods really use: a file on this host (embedded), the
+        file inside the node's plugin pod (kind). Output and exit code are the command's; a
+        cluster or node that has none is InvalidInput.
+        """
+        ...
+
 
 class Clusters(Protocol):
     """What the CLI, ``fakegpu demo`` and the pytest plugin use: ``lifecycle.Lifecycle``."""
@@ -188,3 +199,6 @@ class Clusters(Protocol):
     def stop_node(self, name: str, node: str) -> None: ...
 
     def start_node(self, name: str, node: str) -> None: ...
+
+    def node_nvml(self, name: str, node: str, args: Sequence[str]
+                  ) -> subprocess.CompletedProcess[str]: ...

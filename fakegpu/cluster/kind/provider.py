@@ -37,6 +37,8 @@ CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakegpu"
 # The release the embedded provider renders the chart's shared objects for, too.
 RELEASE = manifests.RELEASE
 NAMESPACE = manifests.NAMESPACE
+# Where the plugin pod keeps its node's NVML state (the chart's nvml-state volume).
+STATE_DIR_IN_POD = "/run/fakegpu"
 
 
 def clusters_dir() -> Path:
@@ -176,8 +178,8 @@ class KindProvider:
                    if p["status"].get("phase") == "Running"}
         for node in st.workers:
             path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
-            inside = self._kubectl(st, "-n", NAMESPACE, "exec", on_node[node], "--",
-                                   "sha256sum", f"/run/fakegpu/{node}.state").stdout.split()[0]
+            inside = self._kubectl(st, "-n", NAMESPACE, "exec", on_node[node], "--", "sha256sum",
+                                   f"{STATE_DIR_IN_POD}/{node}.state").stdout.split()[0]
             here = hashlib.sha256(path.read_bytes()).hexdigest()
             if inside != here:
                 raise FakegpuError(f"node {node}: the plugin pod's NVML state differs from the "
@@ -344,6 +346,29 @@ class KindProvider:
         # A restarted container keeps its files (CNI config included) but not its routes.
         self._network(st)
         wait_until(f"node {node} Ready", lambda: self._node_ready(st, node), self.policy)
+
+    def node_nvml(self, name: str, node: str, args: Sequence[str]
+                  ) -> subprocess.CompletedProcess[str]:
+        # The node's NVML state lives in its plugin pod (rendered there at start, see
+        # fakegpu/node/entrypoint.py): run the command in that pod, against that file.
+        st = self._ready_state(name)
+        self._worker(st, node)
+        with kubeapi.session(st.kubeconfig) as api:
+            pods = [p for p in kubeapi.pods(api, NAMESPACE)
+                    if p["spec"].get("nodeName") == node
+                    and p["status"].get("phase") == "Running"
+                    and not p["metadata"].get("deletionTimestamp")]
+        if not pods:
+            raise FakegpuError(f"node {node!r} of cluster {name!r} has no running plugin pod "
+                               f"(namespace {NAMESPACE})")
+        # During a rolling update two run: the newer one is the one the kubelet uses.
+        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
+        return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), "-n", NAMESPACE, "exec",
+                    pod["metadata"]["name"], "-c", "plugin", "--",
+                    "/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
+                    "--state", f"{STATE_DIR_IN_POD}/{node}.state"],
+                   timeout=120, check=False)
 
     def _node_ready(self, st: KindState, node: str) -> bool:
         with kubeapi.session(st.kubeconfig) as api:

@@ -1,0 +1,48 @@
+"""A running cluster's node NVML, by cluster and node name: faults and ``smi`` on any provider.
+
+Users name a cluster and a node; where that node's NVML state file lives (a host file on the
+embedded provider, a file inside the node's plugin pod on kind) is the provider's business
+(``Provider.node_nvml``). The cluster is looked up among the providers unless one is named.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from fakegpu.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.lifecycle import Lifecycle
+
+
+def find(name: str, provider: str | None = None) -> Lifecycle:
+    """The provider running cluster ``name`` (``provider`` if given); InvalidInput if none."""
+    from fakegpu.cluster import PROVIDERS, get_provider
+
+    candidates = (provider,) if provider else PROVIDERS
+    found = [p for p in candidates if get_provider(p).status(name) is not None]
+    if not found:
+        where = f"provider {provider}" if provider else "any provider"
+        raise InvalidInput(f"no cluster {name!r} on {where} (see `fakegpu cluster status`)")
+    if len(found) > 1:
+        raise InvalidInput(f"cluster {name!r} exists on providers {', '.join(found)}: "
+                           "name one with --provider")
+    return get_provider(found[0])
+
+
+def run(name: str, node: str, args: Sequence[str], provider: str | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """``fakegpu <args>`` against node ``node``'s NVML state; output and exit code as is."""
+    return find(name, provider).node_nvml(name, node, args)
+
+
+def fault_args(action: str, gpu: int, kind: str | None, value: int | None) -> list[str]:
+    """The ``fakegpu fault`` command line for one injection or clearing (``action``)."""
+    args = ["fault", action, "--gpu", str(gpu)]
+    if kind is not None:
+        args.append(kind)
+    if value is not None:
+        args.append(str(value))
+    return args

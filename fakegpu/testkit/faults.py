@@ -1,0 +1,43 @@
+"""Faults on a running cluster's GPUs, by node name, on any provider (the test kit's
+``fakegpu fault inject|clear --cluster C --node N`` and ``fakegpu smi --cluster C --node N``).
+
+A suite never needs to know where a node's NVML state lives: the provider runs the change
+where the node's plugin and pods see it (``fakegpu.cluster.nodenvml``).
+"""
+
+from __future__ import annotations
+
+from fakegpu.cluster import nodenvml
+from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.errors import FakegpuError
+
+
+class FaultCommandFailed(FakegpuError):
+    """The node's ``fakegpu`` command refused or failed; the message is its own."""
+
+
+def _run(cluster: ClusterInfo, node: str, args: list[str]) -> str:
+    res = nodenvml.run(cluster.name, node, args, cluster.provider)
+    if res.returncode != 0:
+        out = (res.stderr or res.stdout).strip()
+        raise FaultCommandFailed(f"`fakegpu {' '.join(args)}` on node {node} of "
+                                 f"{cluster.name} exited {res.returncode}: {out}")
+    return res.stdout
+
+
+def inject(cluster: ClusterInfo, node: str, gpu: int, kind: str,
+           value: int | None = None) -> None:
+    """Inject ``kind`` (xid VALUE, ecc-dbe, gpu-lost, nvlink-down LINK, fabric-degraded) into
+    GPU ``gpu`` (NVML index) of ``node``."""
+    _run(cluster, node, nodenvml.fault_args("inject", gpu, kind, value))
+
+
+def clear(cluster: ClusterInfo, node: str, gpu: int, kind: str | None = None,
+          value: int | None = None) -> None:
+    """Clear one kind of fault of GPU ``gpu`` of ``node`` (every fault without ``kind``)."""
+    _run(cluster, node, nodenvml.fault_args("clear", gpu, kind, value))
+
+
+def smi(cluster: ClusterInfo, node: str) -> str:
+    """The node's ``fakegpu smi`` view, read through NVML where the node's plugin reads it."""
+    return _run(cluster, node, ["smi"])
