@@ -96,6 +96,7 @@ def _libfuzzer(seconds: float, out: Path, timeout: int, rss_mb: int) -> tuple[in
             subprocess.run([sys.executable, __file__, "--child", f"-max_total_time={left}",
                             f"-timeout={timeout}", f"-rss_limit_mb={rss_mb}",
                             f"-max_len={MAX_LEN}", "-print_final_stats=1",
+                            f"-dict={_dictionary(out)}",
                             f"-artifact_prefix={out}/", str(corpus)],
                            stdout=handle, stderr=subprocess.STDOUT, check=False)
         text = log.read_text(errors="replace")
@@ -112,6 +113,28 @@ def _libfuzzer(seconds: float, out: Path, timeout: int, rss_mb: int) -> tuple[in
             break
         (out / f"{sorted(new)[0].name}.log").write_text(text)
     return inputs, crashes
+
+
+def _dictionary(out: Path) -> Path:
+    """libFuzzer tokens from the schema and the catalog, so mutations speak the format."""
+    from fakegpu.topology import catalog
+    from fakegpu.topology.model import FabricHealth, FabricState, FaultKind
+
+    words = {"name", "seed", "driver", "version", "cuda_version", "fabrics", "nodes", "system",
+             "gpus", "product", "count", "mig", "enabled", "instances", "profile", "placement",
+             "nvlink", "mode", "switches", "fabric", "clique", "cluster_uuid", "state",
+             "health", "faults", "gpu", "kind", "value", "none", "switched", "true", "false",
+             "{0..17}", "{00..99}", "<<: ", "&a ", "*a", "!!str ", "- ", ": ", "0x", "1e9"}
+    for key in catalog.products():
+        words.add(key)
+        product = catalog.lookup(key)
+        if product is not None and product.mig is not None:
+            words.update(p.name for p in product.mig.profiles)
+    for enum in (FabricState, FabricHealth, FaultKind):
+        words.update(str(e.value) for e in enum)
+    path = out / "topology.dict"
+    path.write_text("".join(f"{json.dumps(w)}\n" for w in sorted(words)))
+    return path
 
 
 def _artifacts(out: Path) -> set[Path]:
