@@ -3,8 +3,11 @@
 Thin on purpose: the work is in ``fakegpu.testkit`` (usable without pytest) and in the cluster
 providers. What lives here is pytest policy:
 
-- one cluster per session, brought up only when an e2e test is about to run, before the
-  pytest-timeout timer of that test starts (a cold build of the binaries takes many minutes);
+- one cluster per session and topology, brought up only when an e2e test is about to run,
+  before the pytest-timeout timer of that test starts (a cold build of the binaries takes many
+  minutes); a suite that needs its own hardware names it with ``pytest.mark.topology(FILE)``,
+  its tests run after the others of the session, on a cluster of their own (one at a time: the
+  previous one goes down first, unless --keep-cluster);
 - e2e tests skip only when a host prerequisite is truly missing (``testkit.prereq``), and the
   terminal summary then says in capitals that the suite did not run; any other failure to bring
   the cluster up is an error of every e2e test;
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
 
 E2E_MARKER = "e2e"
 MARKER_HELP = "e2e: end-to-end tests against a real Kubernetes cluster (fakegpu cluster)"
+TOPOLOGY_MARKER = "topology"
+TOPOLOGY_MARKER_HELP = ("topology(file): the e2e suite (module) needs a cluster of this topology "
+                        "(path relative to the rootdir) instead of --topology's")
 DEFAULT_CLUSTER_NAME = "fakegpu-e2e"
 REPORTS_SUBDIR = Path("reports") / "fakegpu-e2e"
 
@@ -111,6 +117,7 @@ PROVIDER_MARKER_HELP = ("provider(name): an e2e test of what only that cluster p
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     config.addinivalue_line("markers", PROVIDER_MARKER_HELP)
+    config.addinivalue_line("markers", TOPOLOGY_MARKER_HELP)
     session = E2ESession(config, Options.from_config(config))
     config.stash[_SESSION] = session
     config.pluginmanager.register(session, "fakegpu-e2e-session")
@@ -128,6 +135,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    # Tests of one topology run together (the session's own first), so each cluster comes up
+    # once; the sort is stable, so the order within a topology is the collection order.
+    default = _session(config).options.topology
+    first_seen: dict[Path, int] = {}
+    for item in items:
+        topology = item_topology(config, item)
+        first_seen.setdefault(topology, 0 if topology == default else len(first_seen) + 1)
+    if len(first_seen) > 1:
+        items.sort(key=lambda item: first_seen[item_topology(config, item)])
 
 
 # --- the cluster of the session ----------------------------------------------------------------
@@ -149,24 +165,58 @@ class E2ESession:
     def __init__(self, config: pytest.Config, options: Options) -> None:
         self.config = config
         self.options = options
-        self.outcome: Outcome | None = None
+        # One outcome per topology, in the order they were brought up; `current` is the one
+        # whose cluster may be running now (only one at a time: a 2-core host holds one).
+        self.outcomes: dict[Path, Outcome] = {}
+        self.current: Path | None = None
         self.provider: Clusters | None = None
-        self.e2e_collected = 0
-        self.teardown_error: str | None = None
+        self.e2e_collected: dict[Path, int] = {}
+        self.teardown_errors: list[str] = []
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome of the session's own topology (--topology), if it was needed."""
+        return self.outcomes.get(self.options.topology)
+
+    @property
+    def teardown_error(self) -> str | None:
+        return "; ".join(self.teardown_errors) or None
+
+    def cluster_name(self, topology: Path) -> str:
+        """--cluster-name for the session's topology; for a suite's own one, that name plus the
+        file's stem, cut to the providers' length limit."""
+        base = self.options.cluster_name
+        if topology == self.options.topology:
+            return base
+        from fakegpu.cluster.names import MAX_LENGTH
+
+        stem = re.sub(r"[^a-z0-9-]+", "-", topology.stem.lower())
+        return f"{base}-{stem}"[:MAX_LENGTH].strip("-")
 
     # -- bringing up and down --
 
-    def ensure(self) -> Outcome:
-        """Bring the cluster up on first use; later calls return the same outcome."""
-        if self.outcome is None:
+    def ensure(self, topology: Path | None = None) -> Outcome:
+        """Bring up the cluster of ``topology`` (default: --topology's) on first use, after
+        bringing down the one of another topology; later calls return the same outcome."""
+        topology = self.options.topology if topology is None else topology
+        outcome = self.outcomes.get(topology)
+        if outcome is None or (outcome.info is not None and self.current != topology):
             capman = self.config.pluginmanager.getplugin("capturemanager")
             # Live output: a cold build of the binaries takes many minutes and must show progress.
             if capman is not None:
                 with capman.global_and_fixture_disabled():
-                    self.outcome = self._bring_up()
+                    outcome = self._switch_to(topology)
             else:
-                self.outcome = self._bring_up()
-        return self.outcome
+                outcome = self._switch_to(topology)
+        return outcome
+
+    def _switch_to(self, topology: Path) -> Outcome:
+        if self.current is not None and self.current != topology:
+            self._down(self.current)
+        outcome = self._bring_up(topology)
+        self.outcomes[topology] = outcome
+        self.current = topology if outcome.info is not None else None
+        return outcome
 
     def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.getplugin("terminalreporter")
@@ -174,8 +224,9 @@ class E2ESession:
             reporter.ensure_newline()
             reporter.write_line(line, bold=True)
 
-    def _bring_up(self) -> Outcome:
+    def _bring_up(self, topology: Path) -> Outcome:
         opts = self.options
+        name = self.cluster_name(topology)
         try:
             facts = prereq.probe_host(opts.provider, opts.k8s_version)
             missing = prereq.missing_prerequisites(opts.provider, facts)
@@ -190,27 +241,27 @@ class E2ESession:
             provider = cluster.get_provider(opts.provider)
             self.provider = provider
             if opts.keep_cluster:
-                running = provider.status(opts.cluster_name)
+                running = provider.status(name)
                 if running is not None:
-                    problems = reuse_problems(running, opts)
+                    problems = reuse_problems(running, opts, topology)
                     if problems:
                         return Outcome(error=(
-                            f"cluster {opts.cluster_name} is running but cannot be reused: "
+                            f"cluster {name} is running but cannot be reused: "
                             + "; ".join(problems)
                             + " (remove it with `fakegpu cluster down --name "
-                            + f"{opts.cluster_name}`)"))
-                    self._say(f"fakegpu: reusing running cluster {opts.cluster_name} "
+                            + f"{name}`)"))
+                    self._say(f"fakegpu: reusing running cluster {name} "
                               f"(--keep-cluster)")
                     return Outcome(info=running, reused=True)
-            if not opts.topology.is_file():
-                return Outcome(error=f"topology {opts.topology} does not exist")
-            self._say(f"fakegpu: bringing up cluster {opts.cluster_name} ({opts.provider}, "
-                      f"topology {opts.topology.name}, Kubernetes "
+            if not topology.is_file():
+                return Outcome(error=f"topology {topology} does not exist")
+            self._say(f"fakegpu: bringing up cluster {name} ({opts.provider}, "
+                      f"topology {topology.name}, Kubernetes "
                       f"{opts.k8s_version or 'newest supported'}); the first run builds the "
                       "binaries, which takes a long time")
-            info = provider.up(opts.cluster_name, opts.topology, opts.k8s_version)
+            info = provider.up(name, topology, opts.k8s_version)
         except Exception as err:  # every failure to come up is an error of the e2e tests
-            return Outcome(error=f"bringing up cluster {opts.cluster_name} failed: "
+            return Outcome(error=f"bringing up cluster {name} failed: "
                                  f"{_describe(err)}")
         self._say(f"fakegpu: cluster {info.name} is up (Kubernetes {info.k8s_version}, "
                   f"{len(info.nodes)} nodes, driver {info.driver_name})")
@@ -218,7 +269,12 @@ class E2ESession:
 
     def finish(self) -> None:
         """Down the cluster this session brought up, unless told to keep it."""
-        outcome = self.outcome
+        if self.current is not None:
+            self._down(self.current)
+
+    def _down(self, topology: Path) -> None:
+        self.current = None
+        outcome = self.outcomes.get(topology)
         if outcome is None or outcome.info is None or self.provider is None:
             return
         if self.options.keep_cluster:
@@ -226,15 +282,19 @@ class E2ESession:
         try:
             self.provider.down(outcome.info.name)
         except Exception as err:
-            self.teardown_error = f"bringing down cluster {outcome.info.name} failed: " + \
-                _describe(err)
+            self.teardown_errors.append(f"bringing down cluster {outcome.info.name} failed: "
+                                        + _describe(err))
 
     # -- hooks --
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # After deselection (-m, -k): count only what will run.
-        self.e2e_collected = sum(1 for item in session.items if _wants_cluster(item))
+        self.e2e_collected = {}
+        for item in session.items:
+            if _wants_cluster(item):
+                topology = item_topology(self.config, item)
+                self.e2e_collected[topology] = self.e2e_collected.get(topology, 0) + 1
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None
@@ -242,7 +302,7 @@ class E2ESession:
         # Outside the test's own protocol, so pytest-timeout's per-test timer (which wraps the
         # same hook, inside this wrapper) does not count the cluster's bring-up.
         if _wants_cluster(item):
-            self.ensure()
+            self.ensure(item_topology(self.config, item))
         return (yield)
 
     @pytest.hookimpl(wrapper=True)
@@ -250,7 +310,7 @@ class E2ESession:
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if report.failed and _wants_cluster(item):
-            outcome = self.outcome
+            outcome = self.outcomes.get(item_topology(self.config, item))
             if outcome is not None and outcome.info is not None:
                 try:
                     self._attach_diagnostics(item, report, outcome.info)
@@ -266,17 +326,23 @@ class E2ESession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        tr = terminalreporter
-        outcome = self.outcome
-        if self.e2e_collected and outcome is not None and outcome.skip is not None:
+        for topology, outcome in self.outcomes.items():
+            self._summarise(terminalreporter, outcome, self.e2e_collected.get(topology, 0))
+        if self.teardown_error is not None:
+            terminalreporter.write_sep("!", "FAKEGPU CLUSTER TEARDOWN FAILED", red=True,
+                                       bold=True)
+            terminalreporter.write_line(self.teardown_error, red=True)
+
+    def _summarise(self, tr: Any, outcome: Outcome, collected: int) -> None:
+        if collected and outcome.skip is not None:
             tr.write_sep("!", "THE FAKEGPU E2E SUITE DID NOT RUN", red=True, bold=True)
-            tr.write_line(f"{self.e2e_collected} E2E TEST(S) SKIPPED. {outcome.skip}",
+            tr.write_line(f"{collected} E2E TEST(S) SKIPPED. {outcome.skip}",
                           red=True, bold=True)
-        elif self.e2e_collected and outcome is not None and outcome.error is not None:
+        elif collected and outcome.error is not None:
             tr.write_sep("!", "THE FAKEGPU E2E SUITE DID NOT RUN: NO CLUSTER", red=True,
                          bold=True)
             tr.write_line(outcome.error, red=True)
-        elif outcome is not None and outcome.info is not None:
+        elif outcome.info is not None:
             info = outcome.info
             how = "reused" if outcome.reused else "brought up"
             tr.write_sep("-", f"fakegpu e2e: cluster {info.name} {how} ({info.provider}, "
@@ -284,9 +350,6 @@ class E2ESession:
             if self.options.keep_cluster:
                 tr.write_line(f"cluster {info.name} left running (--keep-cluster); remove it "
                               f"with `fakegpu cluster down --name {info.name}`")
-        if self.teardown_error is not None:
-            tr.write_sep("!", "FAKEGPU CLUSTER TEARDOWN FAILED", red=True, bold=True)
-            tr.write_line(self.teardown_error, red=True)
 
     # -- diagnostics --
 
@@ -326,13 +389,14 @@ _SESSION = pytest.StashKey[E2ESession]()
 _NAMESPACE = pytest.StashKey[str]()
 
 
-def reuse_problems(info: ClusterInfo, opts: Options) -> list[str]:
+def reuse_problems(info: ClusterInfo, opts: Options, topology: Path | None = None) -> list[str]:
     """Why a running cluster is not the one this session asks for (empty: reuse it)."""
+    topology = opts.topology if topology is None else topology
     problems = []
     if info.provider != opts.provider:
         problems.append(f"it runs on provider {info.provider}, not {opts.provider}")
-    if Path(info.topology).resolve() != opts.topology.resolve():
-        problems.append(f"its topology is {info.topology}, not {opts.topology}")
+    if Path(info.topology).resolve() != topology.resolve():
+        problems.append(f"its topology is {info.topology}, not {topology}")
     if opts.k8s_version is not None:
         from fakegpu.cluster import binaries
 
@@ -368,6 +432,24 @@ def _api_problems(info: ClusterInfo) -> list[str]:
     return [f"node(s) {', '.join(not_ready)} are not Ready"] if not_ready else []
 
 
+def item_topology(config: pytest.Config, item: pytest.Item) -> Path:
+    """The topology whose cluster ``item`` runs on: its module's ``topology`` marker, else
+    --topology's. The marker belongs on the module (``pytestmark``): the cluster fixtures are
+    module-scoped, so a test cannot have another topology than its module."""
+    module = item.getparent(pytest.Module)
+    marker = (module or item).get_closest_marker(TOPOLOGY_MARKER)
+    own = item.get_closest_marker(TOPOLOGY_MARKER)
+    if own is not None and own is not marker and own.args != getattr(marker, "args", None):
+        raise pytest.UsageError(f"{item.nodeid}: put the topology marker on the module "
+                                "(pytestmark), not on a test or class")
+    if marker is None:
+        return _session(config).options.topology
+    if len(marker.args) != 1 or not isinstance(marker.args[0], str | Path):
+        raise pytest.UsageError(f"{item.nodeid}: topology marker: expected one file path, "
+                                f"got {marker.args!r}")
+    return (config.rootpath / marker.args[0]).resolve()
+
+
 def _wants_cluster(item: pytest.Item) -> bool:
     return item.get_closest_marker(E2E_MARKER) is not None or "fakegpu_cluster" in getattr(
         item, "fixturenames", ())
@@ -393,10 +475,21 @@ def _session(config: pytest.Config) -> E2ESession:
 # --- fixtures -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+def _node_topology(request: pytest.FixtureRequest) -> Path:
+    node = request.node
+    if isinstance(node, pytest.Item):
+        return item_topology(request.config, node)
+    marker = node.get_closest_marker(TOPOLOGY_MARKER)
+    if marker is None or not marker.args:
+        return _session(request.config).options.topology
+    return (request.config.rootpath / str(marker.args[0])).resolve()
+
+
+@pytest.fixture(scope="module")
 def fakegpu_cluster(request: pytest.FixtureRequest) -> ClusterInfo:
-    """The session's cluster (brought up on first use, down at the end unless --keep-cluster)."""
-    outcome = _session(request.config).ensure()
+    """The cluster of the module's topology (brought up on first use, down when another
+    topology's tests start or at the end, unless --keep-cluster)."""
+    outcome = _session(request.config).ensure(_node_topology(request))
     if outcome.skip is not None:
         pytest.skip(outcome.skip)
     if outcome.error is not None:
@@ -413,7 +506,7 @@ def _fakegpu_e2e_requires_cluster(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("fakegpu_cluster")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fakegpu_topology(fakegpu_cluster: ClusterInfo) -> Topology:
     """The cluster's topology model (what the hardware is meant to be)."""
     from fakegpu.topology.load import load_topology
@@ -421,7 +514,7 @@ def fakegpu_topology(fakegpu_cluster: ClusterInfo) -> Topology:
     return load_topology(fakegpu_cluster.topology)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def k8s_client(fakegpu_cluster: ClusterInfo) -> Iterator[Any]:
     """A kubernetes ApiClient for the cluster (from its kubeconfig)."""
     from fakegpu.testkit import k8s
@@ -431,14 +524,14 @@ def k8s_client(fakegpu_cluster: ClusterInfo) -> Iterator[Any]:
     api.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def core_v1(k8s_client: Any) -> kclient.CoreV1Api:
     from kubernetes import client as kclient
 
     return kclient.CoreV1Api(k8s_client)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def resource_api(k8s_client: Any) -> ResourceApi:
     """resource.k8s.io at the version the apiserver serves (v1 on 1.34+)."""
     from fakegpu.testkit.dra import ResourceApi

@@ -502,3 +502,76 @@ def test_cluster_name_the_providers_refuse_is_a_usage_error(pytester: pytest.Pyt
     pytester.makepyfile(UNIT_TEST)
     ok = pytester.runpytest("--cluster-name", "a" * 20)
     ok.assert_outcomes(passed=1)
+
+
+# --- suites with a topology of their own ----------------------------------------------------------
+
+OWN_TOPOLOGY_TESTS = '''
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("mig.yaml")]
+
+
+def test_mig_first(fakegpu_cluster, fakegpu_topology_path):
+    assert fakegpu_cluster.topology == fakegpu_topology_path("mig.yaml")
+    assert fakegpu_cluster.name == "ci-mig"
+
+
+def test_mig_second(fakegpu_cluster, core_v1, namespace):
+    assert fakegpu_cluster.name == "ci-mig"
+'''
+
+DEFAULT_TOPOLOGY_TESTS = '''
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_default(fakegpu_cluster):
+    assert fakegpu_cluster.name == "ci"
+'''
+
+TOPOLOGY_PATH_CONFTEST = '''
+
+@pytest.fixture
+def fakegpu_topology_path(request):
+    return lambda name: (request.config.rootpath / name).resolve()
+'''
+
+
+def test_a_suites_own_topology_gets_its_own_cluster_after_the_others(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    (pytester.path / "conftest.py").write_text(
+        (pytester.path / "conftest.py").read_text() + TOPOLOGY_PATH_CONFTEST)
+    (pytester.path / "mig.yaml").write_text("name: mig\n")
+    # Collected first (a_), but run after the session's own topology's suites.
+    pytester.makepyfile(test_a_mig=OWN_TOPOLOGY_TESTS, test_b_default=DEFAULT_TOPOLOGY_TESTS,
+                        test_c_unit=UNIT_TEST)
+    result = _run(pytester, "--topology", str(topology), "--cluster-name", "ci", "-v")
+    result.assert_outcomes(passed=4)
+    mig = str((pytester.path / "mig.yaml").resolve())
+    # One cluster at a time: the default one goes down before the suite's own comes up.
+    assert _calls(pytester) == [["up", "ci", str(topology), None], ["down", "ci"],
+                                ["up", "ci-mig", mig, None], ["down", "ci-mig"]]
+    result.stdout.fnmatch_lines(["*test_b_default.py::test_default PASSED*",
+                                 "*test_a_mig.py::test_mig_first PASSED*",
+                                 "*test_a_mig.py::test_mig_second PASSED*"])
+    result.stdout.fnmatch_lines(["*cluster ci brought up*", "*cluster ci-mig brought up*"])
+
+
+def test_a_topology_marker_on_a_single_test_is_a_usage_error(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_e2e='''
+import pytest
+
+@pytest.mark.e2e
+@pytest.mark.topology("other.yaml")
+def test_one(fakegpu_cluster):
+    pass
+''')
+    result = _run(pytester, "--topology", str(topology))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_one: put the topology marker on the module*"])
+    assert _calls(pytester) == []
