@@ -12,13 +12,13 @@ import signal
 import subprocess
 import tarfile
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fakegpu import wait as waiting
 from fakegpu.cluster import binaries, images, oci
 
 
@@ -152,11 +152,7 @@ def pause_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def wait_for(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    waiting.wait_for(waiting.until_true(condition), what=what, timeout=timeout, interval=0.05)
 
 
 @pytest.mark.integration

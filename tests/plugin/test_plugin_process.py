@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from fakegpu import wait as waiting
 from fakegpu.plugin.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -152,15 +153,19 @@ class Instance:
 
 def wait_for(cond: Callable[[], Any], what: str, proc: subprocess.Popen[bytes] | None = None,
              timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """fakegpu's one polling loop: a falsy value is "not yet"; the plugin dying ends it."""
+
+    def once() -> Any:
+        value = cond()
+        if not value:
+            raise waiting.NotYet(repr(value))
+        return value
+
+    def guard() -> None:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"plugin exited ({proc.returncode}) while waiting for {what}")
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+
+    return waiting.wait_for(once, what=what, timeout=timeout, interval=0.2, guard=guard)
 
 
 def test_two_instances_on_fake_gpus_and_real_apiserver(
