@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,19 +186,22 @@ def terminate(rec: ProcessRecord, grace: float = 10.0) -> bool:
     if not is_alive(rec):
         return False
     _signal_group(rec, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not is_alive(rec):
-            break
-        time.sleep(0.1)
-    else:
+    if not gone_within([rec], grace):
         _signal_group(rec, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while is_alive(rec) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        gone_within([rec], 5.0)
     # Group members left behind (the leader exited first) get the same end.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(rec.pid, signal.SIGKILL)
+    return True
+
+
+def gone_within(recs: Sequence[ProcessRecord], seconds: float) -> bool:
+    """Whether every process of ``recs`` has exited within ``seconds`` (polled each 0.1 s)."""
+    try:
+        wait_for(until_true(lambda: not any(is_alive(r) for r in recs)),
+                 what="processes to exit", timeout=seconds, interval=0.1)
+    except WaitTimeout:
+        return False
     return True
 
 
@@ -236,9 +238,7 @@ def kill_pids(pids: Sequence[int], grace: float = 5.0) -> None:
     for r in recs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(r.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while any(is_alive(r) for r in recs) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    gone_within(recs, grace)
     for r in recs:
         if is_alive(r):
             with contextlib.suppress(ProcessLookupError):
