@@ -4,8 +4,9 @@ Guards (each becomes one Problem, never an exception): size, UTF-8, NUL bytes, n
 depth, the number of YAML values in the document (counted while composing, so a huge
 document is refused before its graph is built), the number of values after alias and merge
 expansion (alias "billion laughs" bombs), explicit tags (``!!timestamp x``: PyYAML's
-constructors crash on some), integers wider than 64 bits, duplicate keys (a typo'd
-duplicate would otherwise silently win), non-string keys.
+constructors crash on some), integers wider than 64 bits, lone surrogate escapes (no file or
+C string holds them), duplicate keys (a typo'd duplicate would otherwise silently win),
+non-string keys.
 
 Events come from libyaml when PyYAML has it (about 20x faster than the pure-Python scanner
 on a 1 MiB file); composing and building stay in Python so that every guard above applies.
