@@ -175,27 +175,30 @@ def _mutate(rng: random.Random, pool: list[bytes]) -> bytes:
 def _plain(seconds: float, out: Path, timeout: int) -> tuple[int, int]:
     pool = [p.read_bytes() for p in SEEDS]
     rng = random.Random()
-    signal.signal(signal.SIGALRM, _alarm)
+    previous = signal.signal(signal.SIGALRM, _alarm)
     deadline = time.monotonic() + seconds
     inputs = crashes = 0
-    while time.monotonic() < deadline and crashes < MAX_CRASHES:
-        data = _mutate(rng, pool)
-        inputs += 1
-        kind = ""
-        signal.alarm(timeout)
-        try:
-            check(data)
-        except _Hang:
-            kind = "timeout"
-        except Exception:  # the contract allows nothing else
-            kind = "crash"
-        finally:
-            signal.alarm(0)
-        if kind:
-            crashes += 1
-            path = out / f"{kind}-{hashlib.sha1(data).hexdigest()}"
-            path.write_bytes(data)
-            print(f"crash: {path}", file=sys.stderr)
+    try:
+        while time.monotonic() < deadline and crashes < MAX_CRASHES:
+            data = _mutate(rng, pool)
+            inputs += 1
+            kind = ""
+            signal.alarm(timeout)
+            try:
+                check(data)
+            except _Hang:
+                kind = "timeout"
+            except Exception:  # the contract allows nothing else
+                kind = "crash"
+            finally:
+                signal.alarm(0)
+            if kind:
+                crashes += 1
+                path = out / f"{kind}-{hashlib.sha1(data).hexdigest()}"
+                path.write_bytes(data)
+                print(f"crash: {path}", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
     return inputs, crashes
 
 
