@@ -30,13 +30,17 @@ POOL_SIZE = 64  # connections kept open to the apiserver, per client
 ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
-def connect(kubeconfig: Path | None = None) -> client.ApiClient:
+def connect(kubeconfig: Path | None = None, *, retries: bool = True) -> client.ApiClient:
     """A client for the cluster of ``kubeconfig`` (its current context).
 
     ``None``: the pod's service account when running in a cluster, else ``$KUBECONFIG`` or
     ``~/.kube/config``. Nothing is read from the environment before this is called.
+    ``retries=False``: a refused connection fails the call at once, for callers that poll on
+    fakegpu's one loop (``fakegpu.wait``) instead of urllib3's hidden retries and warnings.
     """
     cfg = client.Configuration()
+    if not retries:
+        cfg.retries = False
     if kubeconfig is not None:
         config.load_kube_config(str(kubeconfig),  # type: ignore[no-untyped-call]
                                 client_configuration=cfg)
@@ -54,8 +58,9 @@ def connect(kubeconfig: Path | None = None) -> client.ApiClient:
 
 @contextlib.contextmanager
 def session(kubeconfig: Path) -> Iterator[client.ApiClient]:
-    """``connect`` for one short use; the connection pool is closed afterwards."""
-    api = connect(kubeconfig)
+    """``connect`` for one short use (a poll, a bring-up step): no hidden retries, the
+    connection pool closed afterwards."""
+    api = connect(kubeconfig, retries=False)
     try:
         yield api
     finally:
