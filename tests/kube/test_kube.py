@@ -1,0 +1,96 @@
+"""fakegpu.kube: the one resource.k8s.io rule, and the client against a small HTTP apiserver."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import NoResourceApi, newest_served
+
+
+@pytest.mark.parametrize(("served", "chosen"), [
+    (["v1beta1", "v1beta2", "v1", "v1alpha3"], "v1"),
+    (["v1beta1", "v1beta2"], "v1beta2"),
+    (["v1alpha3", "v1beta1"], "v1beta1"),
+])
+def test_the_newest_served_version_we_speak(served: list[str], chosen: str) -> None:
+    assert newest_served(served) == chosen
+
+
+def test_no_version_we_speak_names_what_is_served() -> None:
+    with pytest.raises(NoResourceApi, match=r"served: v1alpha3; need one of v1, v1beta2, "):
+        newest_served(["v1alpha3"])
+
+
+class _Api(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/readyz":
+            body, code = b"ok", 200
+        elif self.path == "/apis":
+            body, code = json.dumps({"groups": [
+                {"name": "apps", "versions": [{"version": "v1"}]},
+                {"name": "resource.k8s.io", "versions": [{"version": "v1beta1"},
+                                                         {"version": "v1beta2"}]}]}).encode(), 200
+        elif self.path == "/api/v1/nodes":
+            body, code = json.dumps({"items": [
+                {"metadata": {"name": "a"}, "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}},
+                {"metadata": {"name": "b"}, "status": {
+                    "conditions": [{"type": "Ready", "status": "False"}]}}]}).encode(), 200
+        else:
+            body, code = b'{"kind": "Status", "code": 503}', 503
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Iterator[Path]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{server.server_port}'}}}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    yield path
+    server.shutdown()
+    server.server_close()
+
+
+def test_reads_through_the_client(kubeconfig: Path) -> None:
+    with kubeapi.session(kubeconfig) as api:
+        assert kubeapi.get(api, "/readyz") == b"ok"
+        assert kubeapi.resource_version(api) == "v1beta2"
+        nodes = kubeapi.nodes(api)
+        assert [kubeapi.is_ready(n) for n in nodes] == [True, False]
+        assert kubeapi.internal_ip(nodes[0]) == "10.0.0.1"
+
+
+def test_an_error_status_is_an_api_exception(kubeconfig: Path) -> None:
+    with kubeapi.session(kubeconfig) as api, pytest.raises(ApiException) as info:
+        kubeapi.get(api, "/livez")
+    assert info.value.status == 503
+
+
+def test_a_refused_connection_fails_at_once_in_a_session(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(  # port 9 (discard): nothing listens there
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    with kubeapi.session(path) as api, pytest.raises(kubeapi.ERRORS):
+        kubeapi.get(api, "/readyz")
