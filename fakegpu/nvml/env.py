@@ -102,13 +102,22 @@ def ensure_state(topology: Topology, node: str, path: str | Path | None = None,
     """The node's state file, rendered if it does not exist yet (or ``fresh``)."""
     target = Path(path) if path is not None else state_path(topology, node)
     try:
-        if fresh or not target.exists():
+        if fresh or not target.exists() or not _current_layout(target):
             state.render(topology, node, target)
     except OSError as err:
         # /proc/nope/x, /sys/x, a name over NAME_MAX: the path is the problem, not us.
         raise InvalidInput(f"cannot write the NVML state file {printable(str(target))}: "
                            f"{err.strerror or err}") from None
     return target
+
+
+def _current_layout(path: Path) -> bool:
+    """Was the file rendered with this version's layout? One from before an upgrade is
+    re-rendered rather than refused by the library (LIB_RM_VERSION_MISMATCH)."""
+    try:
+        return bool(state.read_header(path).layout_version == state.LAYOUT_VERSION)
+    except (OSError, InvalidInput):
+        return False
 
 
 def is_state_file(path: str | Path) -> bool:

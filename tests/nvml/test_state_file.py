@@ -287,3 +287,16 @@ print(json.dumps(out))
                                    [0, INVALID_ARGUMENT, INVALID_ARGUMENT],
                                    [0, INVALID_ARGUMENT, INVALID_ARGUMENT]]
     assert run_python(path, "import pynvml").returncode == 0
+
+
+def test_file_of_an_older_layout_is_rendered_again(tmp_path: Path) -> None:
+    """Layout 2 (addressing mode) refuses older files: ensure_state renders them again."""
+    topo = topology("dgx-h100")
+    path = render_node(tmp_path, topo, topo.nodes[0].name)
+    data = bytearray(path.read_bytes())
+    data[state.Header.layout_version.offset] = 1
+    path.write_bytes(bytes(data))
+    assert state.read_header(path).layout_version == 1
+    env.ensure_state(topo, topo.nodes[0].name, path)
+    assert state.read_header(path).layout_version == state.LAYOUT_VERSION
+    assert py_json(path, "import pynvml as n; n.nvmlInit(); print(n.nvmlDeviceGetCount())") == 8

@@ -206,7 +206,9 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
         char buf[FGS_STR];
         for (uint32_t i = 0; i < fg_gpu_count; i++) {
             struct fgs_gpu_dynamic d;
-            FG_TRY(fg_read_dyn(i, &d));
+            nvmlReturn_t rc = fg_read_dyn(i, &d);
+            if (rc == NVML_ERROR_UNKNOWN) continue; /* a corrupt GPU holds no MIG device */
+            if (rc != NVML_SUCCESS) return rc;
             if (!d.mig_current) continue;
             for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
                 if (!d.gis[g].active) continue;

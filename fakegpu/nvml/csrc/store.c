@@ -185,6 +185,9 @@ int fg_dyn_ok(const struct fgs_gpu_static *s, const struct fgs_gpu_dynamic *d)
 static void copy_body(void *arg)
 {
     void **a = arg;
+    const struct fgs_header *h = a[1];
+    /* the ring's head with one atomic load: the copy of a live file may be torn there */
+    *(uint64_t *)a[3] = __atomic_load_n(&h->event_seq, __ATOMIC_ACQUIRE);
     memcpy(a[0], a[1], *(size_t *)a[2]);
 }
 
@@ -230,7 +233,8 @@ nvmlReturn_t fg_map_open(const char *path, struct fg_map **out, char **priv)
         close(fd);
         return NVML_ERROR_OPERATING_SYSTEM;
     }
-    void *args[3] = {copy, m, &len};
+    uint64_t first_event = 0;
+    void *args[4] = {copy, m, &len, &first_event};
     nvmlReturn_t rc = fg_guarded(m, len, copy_body, args) == 0 ? validate((void *)copy, len, path)
                                                                  : NVML_ERROR_UNKNOWN;
     if (rc != NVML_SUCCESS) {
@@ -244,7 +248,7 @@ nvmlReturn_t fg_map_open(const char *path, struct fg_map **out, char **priv)
     *map = (struct fg_map){.hdr = m, .len = len, .fd = fd, .writable = writable,
                            .checksum = h->checksum, .gpu_count = h->gpu_count,
                            .serial = __atomic_fetch_add(&next_serial, 1, __ATOMIC_RELAXED),
-                           .first_event = h->event_seq,
+                           .first_event = first_event,
                            .dev = st.st_dev, .ino = st.st_ino};
     *out = map;
     *priv = copy;
