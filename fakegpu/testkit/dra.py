@@ -114,15 +114,35 @@ class ResourceApi:
                        cel: Sequence[str] = ()) -> dict[str, Any]:
         return device_request(self.version, name, device_class, count=count, cel=cel)
 
-    def claim_template(self, name: str, requests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def claim_template(self, name: str, requests: Sequence[Mapping[str, Any]], *,
+                       constraints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": "ResourceClaimTemplate",
                 "metadata": {"name": name},
-                "spec": {"spec": {"devices": {"requests": [dict(r) for r in requests]}}}}
+                "spec": {"spec": {"devices": _devices(requests, constraints)}}}
 
-    def claim_manifest(self, name: str, requests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def claim_manifest(self, name: str, requests: Sequence[Mapping[str, Any]], *,
+                       constraints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": "ResourceClaim",
                 "metadata": {"name": name},
-                "spec": {"devices": {"requests": [dict(r) for r in requests]}}}
+                "spec": {"devices": _devices(requests, constraints)}}
+
+
+def _devices(requests: Sequence[Mapping[str, Any]], constraints: Sequence[Mapping[str, Any]]
+             ) -> dict[str, Any]:
+    devices: dict[str, Any] = {"requests": [dict(r) for r in requests]}
+    if constraints:
+        devices["constraints"] = [dict(c) for c in constraints]
+    return devices
+
+
+def match_attribute(attribute: str, requests: Sequence[str] = ()) -> dict[str, Any]:
+    """A constraint: every device allocated for ``requests`` (all of the claim's when empty)
+    has the same value of ``attribute`` (fully qualified: ``<driver>/parentUUID``). The same
+    shape in every served version."""
+    out: dict[str, Any] = {"matchAttribute": attribute}
+    if requests:
+        out["requests"] = list(requests)
+    return out
 
 
 def device_request(version: str, name: str, device_class: str, *, count: int = 1,

@@ -1,0 +1,235 @@
+"""GPU partitioning on a real cluster (topology fixtures/partitioning.yaml, its own cluster).
+
+Static MIG: the node's A100s carry pre-created MIG devices (GPU 0 as in NVIDIA's quickstart MIG
+demo: 1g.5gb x2, 2g.10gb, 3g.20gb). Claims pick them by DeviceClass (the MIG class,
+`mig.<driver domain>`: `mig.fakegpu.dev`, or `mig.nvidia.com` with NVIDIA's driver name), by CEL
+on `profile`, and with a `matchAttribute: parentUUID` constraint several of one GPU.
+
+Everything is observed as a user observes it: the ResourceSlices and claims through the
+Kubernetes API (what the scheduler chose, which MIG device has which UUID, profile and parent),
+the scheduler's verdict on the pod, and the environment the container prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from kubernetes import client as kclient
+
+from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.testkit import k8s
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocation_results,
+    cel_string,
+    match_attribute,
+    pod_claim_name,
+    pod_manifest,
+)
+from fakegpu.testkit.wait import NotYet, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/partitioning.yaml")]
+
+ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
+PRINT_ENV_AND_WAIT = ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"]
+SCHEDULER_CANNOT_ALLOCATE = "cannot allocate all claims"
+
+
+# --- what the API says ----------------------------------------------------------------------------
+
+
+def mig_class(driver: str) -> str:
+    """The MIG DeviceClass of ``driver``: `mig.` + the driver's domain (as NVIDIA names it)."""
+    return "mig." + driver.split(".", 1)[1]
+
+
+def attr_value(value: Mapping[str, Any]) -> Any:
+    """A DeviceAttribute's value, whichever of string/int/bool/version it is."""
+    for key in ("string", "int", "bool", "version"):
+        if key in value:
+            return value[key]
+    raise AssertionError(f"attribute without a value: {value}")
+
+
+def published_devices(api: ResourceApi, driver: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(pool, device name) -> its attributes (plain values, fully qualified names), from every
+    slice of ``driver``."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for sl in api.slices(driver=driver):
+        pool = sl["spec"]["pool"]["name"]
+        for dev in sl["spec"].get("devices") or ():
+            body = dev.get("basic", dev)  # v1beta1 nests attributes under `basic`
+            # An attribute without a domain is in the driver's (as CEL and constraints see it).
+            out[(pool, dev["name"])] = {(k if "/" in k else f"{driver}/{k}"): attr_value(v)
+                                        for k, v in (body.get("attributes") or {}).items()}
+    return out
+
+
+def allocated(api: ResourceApi, namespace: str, pod: Any, pod_claim: str, driver: str
+              ) -> list[tuple[str, dict[str, Any]]]:
+    """(request, attributes of the device) for each device the pod's claim was allocated."""
+    claim = api.claim(namespace, pod_claim_name(pod, pod_claim))
+    devices = published_devices(api, driver)
+    out = []
+    for result in allocation_results(claim, driver):
+        key = (result["pool"], result["device"])
+        assert key in devices, f"allocated device {key} is in no slice of {driver}"
+        out.append((str(result["request"]), {**devices[key], "name": result["device"]}))
+    return out
+
+
+def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
+    """The environment the pod printed at start (waits until the print is complete)."""
+
+    def complete() -> str:
+        text = k8s.pod_log(core, namespace, pod)
+        if ENV_DONE not in text:
+            raise NotYet(f"log so far: {text[-300:]!r}")
+        return text
+
+    return k8s.parse_env(wait_for(complete, what=f"pod {namespace}/{pod} to print its env",
+                                  timeout=60))
+
+
+def visible(env: Mapping[str, str]) -> list[str]:
+    assert "NVIDIA_VISIBLE_DEVICES" in env, f"no NVIDIA_VISIBLE_DEVICES in the pod's env: {env}"
+    return [u for u in env["NVIDIA_VISIBLE_DEVICES"].split(",") if u]
+
+
+def profile_is(driver: str, profile: str) -> str:
+    return f"device.attributes[{cel_string(driver)}].profile == {cel_string(profile)}"
+
+
+def run_pod(core: kclient.CoreV1Api, namespace: str, image: str, name: str, claim: PodClaim
+            ) -> Any:
+    core.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+        name, image, PRINT_ENV_AND_WAIT, [claim]))
+    return k8s.wait_pod_running(core, namespace, name)
+
+
+def mig_requests(api: ResourceApi, driver: str, counts: Sequence[tuple[str, int]]
+                 ) -> list[dict[str, Any]]:
+    """One request per (profile, count) from the MIG class, named after the profile."""
+    return [api.device_request("mig-" + profile.replace(".", "-"), mig_class(driver),
+                               count=count, cel=[profile_is(driver, profile)])
+            for profile, count in counts]
+
+
+# --- static MIG -----------------------------------------------------------------------------------
+
+
+def test_a_mig_profile_selector_gives_the_pod_that_mig_device(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    assert mig_class(driver) in resource_api.device_classes()
+    # Both MIG GPUs hold a 2g.10gb: either will do; the pod must get exactly the device the
+    # scheduler chose, as a MIG device.
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "one-2g", mig_requests(resource_api, driver, [("2g.10gb", 1)])), namespace)
+    pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "mig-pod",
+                  PodClaim("mig", template="one-2g"))
+
+    [(request, device)] = allocated(resource_api, namespace, pod, "mig", driver)
+    assert request == "mig-2g-10gb"
+    assert device[f"{driver}/type"] == "mig"
+    assert device[f"{driver}/profile"] == "2g.10gb"
+    # NVIDIA's device name: gpu-<minor>-mig-<profile>-<GI profile id>-<placement start>.
+    assert device["name"].split("-mig-")[1].startswith("2g10gb-14-"), device["name"]
+    env = logged_env(core_v1, namespace, "mig-pod")
+    assert visible(env) == [device[f"{driver}/uuid"]]
+    assert visible(env)[0].startswith("MIG-")
+
+
+def test_the_quickstart_demos_four_mig_devices_of_one_gpu_in_one_pod(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    requests = mig_requests(resource_api, driver,
+                            [("1g.5gb", 2), ("2g.10gb", 1), ("3g.20gb", 1)])
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "demo", requests, constraints=[match_attribute(f"{driver}/parentUUID")]), namespace)
+    pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "demo-pod",
+                  PodClaim("mig", template="demo"))
+
+    got = allocated(resource_api, namespace, pod, "mig", driver)
+    profiles = sorted(d[f"{driver}/profile"] for _, d in got)
+    assert profiles == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"], got
+    parents = {d[f"{driver}/parentUUID"] for _, d in got}
+    assert len(parents) == 1, f"four MIG devices from {len(parents)} GPUs: {got}"
+    env = logged_env(core_v1, namespace, "demo-pod")
+    assert sorted(visible(env)) == sorted(d[f"{driver}/uuid"] for _, d in got)
+
+
+def test_parent_constraint_keeps_each_claim_on_one_gpu(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    # 1g + 2g + 3g of one parent: both MIG GPUs have such a set, so two such claims run at once,
+    # one per GPU, and neither may take its devices from both.
+    driver = fakegpu_cluster.driver_name
+    requests = mig_requests(resource_api, driver,
+                            [("1g.5gb", 1), ("2g.10gb", 1), ("3g.20gb", 1)])
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "trio", requests, constraints=[match_attribute(f"{driver}/parentUUID")]), namespace)
+    parents = []
+    for name in ("first", "second"):
+        pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, name,
+                      PodClaim("mig", template="trio"))
+        got = allocated(resource_api, namespace, pod, "mig", driver)
+        assert len(got) == 3
+        mine = {d[f"{driver}/parentUUID"] for _, d in got}
+        assert len(mine) == 1, f"pod {name} got MIG devices of {len(mine)} GPUs: {got}"
+        parents.append(mine.pop())
+        assert sorted(visible(logged_env(core_v1, namespace, name))) == sorted(
+            d[f"{driver}/uuid"] for _, d in got)
+    assert parents[0] != parents[1], "two pods were given MIG devices of the same GPU"
+
+
+def test_a_gpu_in_mig_mode_is_not_offered_whole(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    # The node has three GPUs, two in MIG mode: two whole GPUs cannot be had.
+    driver = fakegpu_cluster.driver_name
+    whole = [d for (_, _), d in published_devices(resource_api, driver).items()
+             if d[f"{driver}/type"] == "gpu"]
+    assert len(whole) == 1, f"whole GPUs published: {whole}"
+    request = resource_api.device_request("gpus", driver, count=2)
+    resource_api.create("resourceclaimtemplates",
+                        resource_api.claim_template("two", [request]), namespace)
+    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+        "greedy", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        [PodClaim("gpus", template="two")]))
+
+    def refused() -> Any:
+        pod: Any = k8s.read_pod(core_v1, namespace, "greedy")
+        cond = k8s.pod_condition(pod, "PodScheduled")
+        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
+                cond.message or ""):
+            raise NotYet(f"PodScheduled: {cond}")
+        return pod
+
+    pod: Any = wait_for(refused, what="the scheduler to refuse two whole GPUs", timeout=120)
+    assert pod.spec.node_name is None
+    # One whole GPU is there to be had.
+    request = resource_api.device_request("gpu", driver, count=1)
+    resource_api.create("resourceclaimtemplates",
+                        resource_api.claim_template("one", [request]), namespace)
+    pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "modest",
+                  PodClaim("gpu", template="one"))
+    [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
+    assert visible(logged_env(core_v1, namespace, "modest")) == [device[f"{driver}/uuid"]]
