@@ -1,0 +1,103 @@
+"""Dynamic MIG counters (fakegpu/plugin/partitions.py) against every MIG table in the catalog.
+
+The scheduler allocates partitionable devices by counter arithmetic alone; these tests hold the
+CounterSet to the hardware's rules (as the catalog states them and the fake NVML enforces them):
+two placements the hardware cannot hold at once never fit together, ones it can always do, and
+the whole GPU fits beside nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from fakegpu.plugin import partitions
+from fakegpu.plugin.partitions import GpuPartitions, Profile
+from fakegpu.topology import catalog
+from fakegpu.topology.model import Product
+
+MIG_PRODUCTS = sorted((p for p in catalog.products().values() if p.mig is not None),
+                      key=lambda p: p.key)
+
+
+def gpu_of(product: Product, minor: int = 0) -> GpuPartitions:
+    mig = product.mig
+    assert mig is not None
+    return GpuPartitions(minor=minor, memory_slices=mig.memory_slices, profiles=tuple(
+        Profile(name=p.name, index=p.id, profile_id=p.smi_id if p.smi_id is not None else p.id,
+                instance_count=p.instance_count, compute_slices=p.slice_count,
+                memory_mib=p.memory_mib, multiprocessors=p.sm_count,
+                copy_engines=p.copy_engines, decoders=p.decoders, encoders=p.encoders,
+                jpeg_engines=p.jpegs, ofa_engines=p.ofas,
+                placements=tuple((pl.start, pl.size) for pl in p.placements))
+        for p in mig.profiles))
+
+
+def test_the_catalog_has_mig_tables() -> None:
+    assert {p.key for p in MIG_PRODUCTS} >= {"A100-SXM4-40GB", "H100-SXM5-80GB"}
+
+
+@pytest.mark.parametrize("product", MIG_PRODUCTS, ids=lambda p: p.key)
+def test_counters_admit_a_pair_of_placements_exactly_when_the_hardware_does(
+        product: Product) -> None:
+    gpu = gpu_of(product)
+    counters = gpu.counters()
+    placements = gpu.placements()
+    overlapping = admitted = 0
+    for a, b in itertools.combinations_with_replacement(placements, 2):
+        both = [a, b] if a != b else [a, a]
+        fit = partitions.fits(counters, [gpu.consumption(p) for p in both])
+        assert fit == partitions.hardware_allows(gpu, both), (
+            f"{product.key}: {a.profile.name}@{a.start} + {b.profile.name}@{b.start}: "
+            f"counters say {fit}")
+        if partitions.overlapping(a, b):
+            overlapping += 1
+            assert not fit
+        admitted += fit
+    assert overlapping and admitted  # both kinds of pair exist on every MIG GPU
+
+
+@pytest.mark.parametrize("product", MIG_PRODUCTS, ids=lambda p: p.key)
+def test_every_placement_fits_alone_and_the_whole_gpu_beside_none(product: Product) -> None:
+    gpu = gpu_of(product)
+    counters = gpu.counters()
+    assert partitions.fits(counters, [gpu.full_consumption()])
+    for placement in gpu.placements():
+        assert partitions.fits(counters, [gpu.consumption(placement)]), placement
+        assert not partitions.fits(counters, [gpu.full_consumption(),
+                                              gpu.consumption(placement)]), placement
+
+
+@pytest.mark.parametrize("product", MIG_PRODUCTS, ids=lambda p: p.key)
+def test_greedy_fill_with_the_smallest_profile_stops_where_the_hardware_does(
+        product: Product) -> None:
+    # Seven 1g instances fill a GPU (7 compute slices); the counters must refuse an eighth of
+    # any profile, as NVML does.
+    gpu = gpu_of(product)
+    counters = gpu.counters()
+    smallest = min(gpu.profiles, key=lambda p: (p.compute_slices, p.memory_mib, p.index))
+    taken: list[partitions.Placement] = []
+    for placement in (p for p in gpu.placements() if p.profile == smallest):
+        if partitions.fits(counters, [gpu.consumption(p) for p in [*taken, placement]]):
+            taken.append(placement)
+    assert len(taken) == smallest.instance_count
+    for other in gpu.placements():
+        together = [*taken, other]
+        assert partitions.fits(counters, [gpu.consumption(p) for p in together]) == \
+            partitions.hardware_allows(gpu, together)
+
+
+def test_names_follow_nvidias_driver() -> None:
+    h100 = gpu_of(catalog.products()["H100-SXM5-80GB"], minor=3)
+    counters = h100.counters()
+    assert partitions.counter_set_name(3) == "gpu-3-counter-set"
+    assert set(counters) == {"multiprocessors", "copy-engines", "decoders", "encoders",
+                             "jpeg-engines", "ofa-engines", "memory", "compute-slices",
+                             *(f"memory-slice-{i}" for i in range(8))}
+    assert counters["compute-slices"] == 7
+    assert counters["multiprocessors"] == 132
+    one_g = next(p for p in h100.placements() if p.profile.name == "1g.10gb" and p.start == 2)
+    used = h100.consumption(one_g)
+    assert used["memory-slice-2"] == 1 and "memory-slice-1" not in used
+    assert used["compute-slices"] == 1 and used["multiprocessors"] == 16
