@@ -53,3 +53,25 @@ def test_failing_apiserver_reports_its_log_and_stops_etcd(bins: Any, tmp_path: P
     assert "starting etcd" in (tmp_path / "cp" / "logs" / "etcd.log").read_text()
     # etcd was started, then stopped by the failed start: nothing runs from this dir.
     assert pids_matching(lambda argv: any(str(tmp_path) in a for a in argv)) == []
+
+
+def test_kube_api_writes_against_a_real_apiserver(bins: Any, tmp_path: Path) -> None:
+    """What the providers write through fakegpu.kube: server-side apply and a scale (kind's
+    CoreDNS), as a real apiserver accepts them."""
+    from fakegpu.kube import api as kubeapi
+
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "dns", "namespace": "default"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dns"}},
+                 "template": {"metadata": {"labels": {"app": "dns"}},
+                              "spec": {"containers": [{"name": "c", "image": "x:1"}]}}}}
+    with ControlPlane(tmp_path / "cp", bins, controllers=False,
+                      policy=WaitPolicy(timeout=180)) as cp, \
+            kubeapi.session(cp.kubeconfig) as api:
+        assert kubeapi.resource_version(api) == "v1"
+        kubeapi.apply(api, [deployment])
+        kubeapi.apply(api, [deployment])  # idempotent
+        kubeapi.scale_deployment(api, "default", "dns", 0)
+        got = kubeapi.get_json(api, "/apis/apps/v1/namespaces/default/deployments/dns")
+        assert got["spec"]["replicas"] == 0
