@@ -17,8 +17,11 @@ Two setups:
   ``{root}/kubelet/plugins/<--external-driver>/dra.sock`` for devices gpu-0..gpu-7 of pool
   {node}.
 
-Usage: python benchmarks/plugin_prepare.py [--rounds N] [--apiserver [--external CMD
-       --external-driver NAME]] [--json FILE]
+With ``--hold N`` (in-process) one call first prepares N more claims while single claims
+are timed alongside, and the table is then measured with the N claims held.
+
+Usage: python benchmarks/plugin_prepare.py [--rounds N] [--hold N] [--apiserver [--external
+       CMD --external-driver NAME]] [--json FILE]
 """
 
 from __future__ import annotations
@@ -74,8 +77,8 @@ def _claim(i: int, driver: str, node: str) -> dict[str, Any]:
 
 
 class MemoryClaims:
-    def __init__(self, node: str) -> None:
-        self.claims = {(NAMESPACE, f"c{i}"): _claim(i, DRIVER, node) for i in range(CLAIMS)}
+    def __init__(self, node: str, count: int = CLAIMS) -> None:
+        self.claims = {(NAMESPACE, f"c{i}"): _claim(i, DRIVER, node) for i in range(count)}
         self.lock = threading.Lock()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
@@ -89,13 +92,15 @@ class MemoryClaims:
 
 
 @contextmanager
-def in_process(root: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+def in_process(root: Path, hold: int) -> Iterator[tuple[Path, dict[str, str]]]:
     node = "bench-node"
     cfg = DriverConfig(driver=DRIVER, node=node, state_dir=root / "state", cdi_root=root / "cdi",
                        write_status=True)
-    driver = Driver(cfg, MemoryClaims(node), Devices(_inventory))
-    servers = PluginServers(driver, socket_paths(root / "kubelet", DRIVER), workers=16)
+    driver = Driver(cfg, MemoryClaims(node, CLAIMS + hold), Devices(_inventory))
+    servers = PluginServers(driver, socket_paths(root / "kubelet", DRIVER), workers=32)
     try:
+        if hold:
+            hold_claims(servers.paths.dra, hold)
         yield servers.paths.dra, {f"c{i}": f"uid-{i}" for i in range(CLAIMS)}
     finally:
         servers.stop(1)
@@ -179,6 +184,39 @@ def with_apiserver(root: Path, external: str | None,
                   + "".join(f"\n  {line[:160]}" for line in noisy[:5]))
 
 
+def hold_claims(sock: Path, hold: int) -> None:
+    """Prepare ``hold`` more claims in ONE call (the issue's 10,000-claim batch) while another
+    client prepares and unprepares a single claim over and over; the node then holds them."""
+    stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{sock}"))
+    batch = dra_v1_pb2.NodePrepareResourcesRequest(claims=[
+        dra_v1_pb2.Claim(namespace=NAMESPACE, name=f"c{i}", uid=f"uid-{i}")
+        for i in range(CLAIMS, CLAIMS + hold)])
+    done = threading.Event()
+    singles: list[float] = []
+
+    def single() -> None:
+        claim = dra_v1_pb2.Claim(namespace=NAMESPACE, name="c0", uid="uid-0")
+        while not done.is_set():
+            start = time.perf_counter()
+            stub.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim]),
+                                      timeout=600)
+            stub.NodeUnprepareResources(dra_v1_pb2.NodeUnprepareResourcesRequest(
+                claims=[claim]), timeout=600)
+            singles.append(time.perf_counter() - start)
+
+    side = threading.Thread(target=single)
+    side.start()
+    start = time.perf_counter()
+    answer = stub.NodePrepareResources(batch, timeout=3600)
+    took = time.perf_counter() - start
+    done.set()
+    side.join()
+    assert all(not c.error for c in answer.claims.values()), "the batch had errors"
+    print(f"one call preparing {hold} claims: {took:.1f} s; meanwhile {len(singles)} "
+          f"single-claim prepare+unprepare pairs, p50 {statistics.median(singles) * 1e3:.1f} ms, "
+          f"max {max(singles) * 1e3:.1f} ms; the node now holds {hold} claims", flush=True)
+
+
 def _control_plane_binaries() -> Any:
     """kube-apiserver and etcd from the binary cache, or None: only those two are needed."""
     from types import SimpleNamespace
@@ -247,6 +285,9 @@ def main() -> None:
     parser.add_argument("--external", metavar="CMD",
                         help="with --apiserver: drive this plugin command instead of fakegpu's")
     parser.add_argument("--external-driver", default="gpu.example.com", metavar="NAME")
+    parser.add_argument("--hold", type=int, default=0, metavar="N",
+                        help="in-process only: first prepare N more claims in one call (and "
+                             "time single claims meanwhile), then measure with them held")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     if args.external and not args.apiserver:
@@ -254,7 +295,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="fgb-", dir="/tmp"))
     try:
         setup = (with_apiserver(root, args.external, args.external_driver) if args.apiserver
-                 else in_process(root))
+                 else in_process(root, args.hold))
         with setup as (sock, uids):
             print(f"plugin: {shlex.quote(args.external) if args.external else 'fakegpu'}; "
                   f"{'apiserver' if args.apiserver else 'claims from memory'}; "

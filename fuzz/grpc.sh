@@ -2,7 +2,11 @@
 # Fuzz the DRA plugin's gRPC requests for SECONDS (default 60); contract in tools/fuzz.sh.
 # A real plugin server (fuzz/grpc_target.py, atheris/libFuzzer) on a fake NVML node; corpus
 # and crashing inputs under fuzz/out/grpc/. Last line: "fuzz grpc: <N> inputs, <M> crashes".
+# `sh fuzz/grpc.sh FILE` replays one saved input (a crash) instead, on a fresh server.
 set -eu
+if [ -f "${1:-}" ]; then  # a saved input: absolute, as we change directory next
+    set -- "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+fi
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 py="${PYTHON:-.venv/bin/python}"
@@ -26,6 +30,10 @@ for key, value in {**env.env(sys.argv[1]), "FAKEGPU_FUZZ_NODE": node}.items():
 PY
 )
 eval "$env_lines"
+if [ -f "$seconds" ]; then  # replay
+    FAKEGPU_FUZZ_DIR="$work" "$py" fuzz/grpc_target.py "$seconds"
+    exit
+fi
 marker="$work/started"
 touch "$marker"
 status=0
