@@ -7,6 +7,7 @@ best effort: a library that answers NOT_SUPPORTED yields an empty value, never a
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
@@ -19,6 +20,8 @@ from typing import Any, TypeVar
 import pynvml
 
 from fakegpu.errors import MissingPrerequisite
+
+from . import partitions
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -138,6 +141,15 @@ class Device:
     index: int = -1  # NVML index of the (parent) GPU: how a lost GPU is still recognised
     mig: MigInfo | None = None
     lost: bool = False  # the GPU stopped answering (GPU_IS_LOST): last known facts, tainted
+    # Dynamic MIG (partitions.py): what allocating this device consumes of its GPU's
+    # CounterSet (gpu-<minor>-counter-set); empty for every other device. A partition that
+    # does not exist yet has no uuid and gi_id/ci_id -1.
+    consumes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def partition(self) -> bool:
+        """A dynamic MIG placement: created at prepare, destroyed at unprepare."""
+        return self.type == "mig" and bool(self.consumes)
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,8 @@ class Inventory:
     cuda_driver_version: str  # "13.0"
     devices: tuple[Device, ...] = field(default_factory=tuple)
     lost_indices: tuple[int, ...] = ()  # NVML indices answering GPU_IS_LOST
+    # Dynamic MIG: (counter set name, its counters) per partitionable GPU.
+    counter_sets: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
 
     def by_name(self) -> dict[str, Device]:
         return {d.name: d for d in self.devices}
@@ -379,23 +393,27 @@ def _mig_devices(parent: Device, handle: Any, nvidia: bool) -> list[Device] | No
     return found
 
 
-def discover(nvidia_compatible: bool = False) -> Inventory:
+def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False) -> Inventory:
     """Ask NVML for every GPU (and MIG device). Raises MissingPrerequisite without NVML.
 
     ``nvidia_compatible``: MIG profiles named as NVIDIA's driver computes them, and MIG
-    devices NVIDIA's driver could not enumerate left out (see ``_mig_devices``)."""
+    devices NVIDIA's driver could not enumerate left out (see ``_mig_devices``).
+    ``dynamic_mig`` (NVIDIA's DynamicMIG feature gate): every GPU that supports MIG is
+    published whole and as every placement of every profile, with a CounterSet
+    (``_dynamic_devices``); its existing MIG devices are not published (the plugin made them
+    for prepared claims)."""
     with nvml_lock:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
             raise MissingPrerequisite(f"cannot initialise NVML (libnvidia-ml.so.1): {err}") from err
         try:
-            return _discover_locked(nvidia_compatible)
+            return _discover_locked(nvidia_compatible, dynamic_mig)
         finally:
             _optional(pynvml.nvmlShutdown, None)
 
 
-def _discover_locked(nvidia: bool) -> Inventory:
+def _discover_locked(nvidia: bool, dynamic: bool = False) -> Inventory:
     driver = text(pynvml.nvmlSystemGetDriverVersion())
     cuda = int(_optional(pynvml.nvmlSystemGetCudaDriverVersion, 0))
     handles: list[tuple[int, Any]] = []
@@ -409,8 +427,14 @@ def _discover_locked(nvidia: bool) -> Inventory:
             lost.append(i)
     peers = _nvlink_peers([h for _i, h in handles])
     devices: list[Device] = []
+    counter_sets: list[tuple[str, tuple[tuple[str, int], ...]]] = []
     for (index, handle), nvlink_peers in zip(handles, peers, strict=True):
         try:
+            found = _dynamic_devices(index, handle, nvlink_peers, nvidia) if dynamic else None
+            if found is not None:
+                devices.extend(found[0])
+                counter_sets.append(found[1])
+                continue
             devices.extend(_read_gpu(index, handle, nvlink_peers, nvidia))
         except pynvml.NVMLError as err:
             if not _is_lost(err):  # lost between the handle and the queries: same thing
@@ -419,7 +443,8 @@ def _discover_locked(nvidia: bool) -> Inventory:
     devices.sort(key=lambda d: (d.minor, d.name))
     return Inventory(driver_version=driver,
                      cuda_driver_version=f"{cuda // 1000}.{(cuda % 1000) // 10}" if cuda else "",
-                     devices=tuple(devices), lost_indices=tuple(sorted(lost)))
+                     devices=tuple(devices), lost_indices=tuple(sorted(lost)),
+                     counter_sets=tuple(counter_sets))
 
 
 def _is_lost(err: pynvml.NVMLError) -> bool:
@@ -428,6 +453,13 @@ def _is_lost(err: pynvml.NVMLError) -> bool:
 
 def _read_gpu(index: int, handle: Any, nvlink_peers: int, nvidia: bool) -> list[Device]:
     """The GPU, or its MIG devices when it is in MIG mode."""
+    gpu = _gpu_device(index, handle, nvlink_peers)
+    migs = _mig_devices(gpu, handle, nvidia)
+    # A GPU in MIG mode is only allocatable through its MIG devices (as NVIDIA's driver does).
+    return migs if migs is not None else [gpu]
+
+
+def _gpu_device(index: int, handle: Any, nvlink_peers: int) -> Device:
     minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
     bus = normalize_bus_id(text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
     major_cc, minor_cc = _query(pynvml.nvmlDeviceGetCudaComputeCapability, (0, 0), handle)
@@ -443,6 +475,70 @@ def _read_gpu(index: int, handle: Any, nvlink_peers: int, nvidia: bool) -> list[
         pci_bus_id=bus, pcie_root=pcie_root(bus), clique_id=clique, fabric=fabric,
         nvlink_peers=nvlink_peers, index=index, addressing_mode=addressing_mode(handle),
     )
-    migs = _mig_devices(gpu, handle, nvidia)
-    # A GPU in MIG mode is only allocatable through its MIG devices (as NVIDIA's driver does).
-    return migs if migs is not None else [gpu]
+    return gpu
+
+
+def possible_placements(handle: Any, profile_id: int) -> tuple[tuple[int, int], ...]:
+    """nvmlDeviceGetGpuInstancePossiblePlacements_v2: (start, size) of each placement. pynvml
+    passes the caller's buffers through: ask for the count first, as nvml.h describes."""
+    count = ctypes.c_uint(0)
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None,
+                                                      ctypes.byref(count))
+    buf = (pynvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, buf,
+                                                      ctypes.byref(count))
+    return tuple((int(buf[i].start), int(buf[i].size)) for i in range(count.value))
+
+
+def gpu_partitions(minor: int, handle: Any, nvidia: bool, memory_bytes: int
+                   ) -> partitions.GpuPartitions | None:
+    """Every GPU-instance profile and its possible placements, from NVML; None for a GPU
+    without MIG (or a library that cannot say)."""
+    _current, _pending = _query(pynvml.nvmlDeviceGetMigMode, (None, None), handle)
+    if _current is None:
+        return None
+    profiles = []
+    memory_slices = 0
+    for pid, (index, info) in sorted(_gi_profiles(handle).items(), key=lambda kv: kv[1][0]):
+        placements = _query(possible_placements, (), handle, pid)
+        if not placements:
+            continue
+        memory_slices = max(memory_slices, *(start + size for start, size in placements))
+        computed = nvlib_profile_name(index, int(info.memorySizeMB), memory_bytes)
+        name = computed if nvidia and computed else (text(getattr(info, "name", b"")) or computed)
+        profiles.append(partitions.Profile(
+            name=name, index=index, profile_id=pid, instance_count=int(info.instanceCount),
+            compute_slices=int(info.sliceCount), memory_mib=int(info.memorySizeMB),
+            multiprocessors=int(info.multiprocessorCount), copy_engines=int(info.copyEngineCount),
+            decoders=int(info.decoderCount), encoders=int(info.encoderCount),
+            jpeg_engines=int(info.jpegCount), ofa_engines=int(info.ofaCount),
+            placements=placements))
+    if not profiles:
+        return None
+    return partitions.GpuPartitions(minor=minor, memory_slices=memory_slices,
+                                    profiles=tuple(profiles))
+
+
+def _dynamic_devices(index: int, handle: Any, nvlink_peers: int, nvidia: bool
+                     ) -> tuple[list[Device], tuple[str, tuple[tuple[str, int], ...]]] | None:
+    """A dynamic-MIG GPU: the whole GPU and one device per placement of every profile, each
+    consuming its share of the GPU's CounterSet; None for a GPU without MIG."""
+    gpu = _gpu_device(index, handle, nvlink_peers)
+    parts = gpu_partitions(gpu.minor, handle, nvidia, gpu.memory_bytes)
+    if parts is None:
+        return None
+    devices = [replace(gpu, consumes=tuple(sorted(parts.full_consumption().items())))]
+    for placement in parts.placements():
+        profile = placement.profile
+        info = MigInfo(gi_id=-1, ci_id=-1, profile_id=profile.profile_id,
+                       placement_start=placement.start, placement_size=placement.size,
+                       multiprocessors=profile.multiprocessors,
+                       copy_engines=profile.copy_engines, decoders=profile.decoders,
+                       encoders=profile.encoders, jpeg_engines=profile.jpeg_engines,
+                       ofa_engines=profile.ofa_engines)
+        devices.append(replace(
+            gpu, name=mig_device_name(gpu.minor, profile.name, info), type="mig", uuid="",
+            memory_bytes=profile.memory_mib << 20, parent_uuid=gpu.uuid, profile=profile.name,
+            mig=info, consumes=tuple(sorted(parts.consumption(placement).items()))))
+    counters = (partitions.counter_set_name(gpu.minor), tuple(sorted(parts.counters().items())))
+    return devices, counters

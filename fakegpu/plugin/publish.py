@@ -28,6 +28,7 @@ from .slices import Taint
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
+SEPARATE_COUNTERS_MINOR = 35  # resource.k8s.io: a slice holds devices or counters, not both
 
 
 # The first Kubernetes minor whose apiserver accepts the taint effect None.
@@ -90,7 +91,7 @@ def _kept_taints(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
     """False when we sent taints and the apiserver stored none (its taint gate is off)."""
     have = {e.get("name"): e for e in stored.get("spec", {}).get("devices") or []}
     return all(slices.device_taints(have.get(e["name"], {}))
-               for e in sent["spec"]["devices"] if slices.device_taints(e))
+               for e in sent["spec"].get("devices") or () if slices.device_taints(e))
 
 
 class SlicePublisher:
@@ -135,11 +136,13 @@ class SlicePublisher:
                               self._health(inventory), keep_fatal=not self._nvidia)
         if self._kube.server_minor() < EFFECT_NONE_MINOR:
             taints = fatal_only(taints)
+        # Dynamic MIG's counters: a slice of their own from 1.35 on, beside the devices before.
+        separate_counters = self._kube.server_minor() >= SEPARATE_COUNTERS_MINOR
 
         def build(generation: int) -> list[dict[str, Any]]:
             return slices.build_slices(self._driver, self._node, inventory, version, generation,
                                        taints, self.use_taints, node_wide_lost=self._nvidia,
-                                       owner=owner)
+                                       owner=owner, separate_counters=separate_counters)
 
         desired = build(0)
         if slices.same_devices(existing, desired):
@@ -166,7 +169,7 @@ class SlicePublisher:
             self._kube.delete_slice(stale)
         log.info("published ResourceSlices driver=%s pool=%s generation=%d devices=%d "
                  "tainted=%s version=%s", self._driver, self._node, generation,
-                 sum(len(o["spec"]["devices"]) for o in desired),
+                 sum(len(o["spec"].get("devices") or ()) for o in desired),
                  ",".join(sorted(taints)) or "none", version)
         if dropped:
             log.warning("the apiserver drops device taints (DRADeviceTaints off?): "

@@ -16,6 +16,7 @@ from typing import Any
 # GROUP, VERSIONS: the one resource.k8s.io rule (newest first), shared with cluster and test kit.
 from fakegpu.kube.resource import GROUP, VERSIONS
 
+from . import partitions
 from .discovery import Device, Inventory
 
 MAX_DEVICES_PER_SLICE = 128
@@ -57,7 +58,6 @@ def quantity(nbytes: int) -> str:
 def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[str, Any]]:
     attrs: dict[str, dict[str, Any]] = {
         "type": {"string": device.type},
-        "uuid": {"string": device.uuid},
         "productName": {"string": device.product_name},
         "brand": {"string": device.brand},
         "architecture": {"string": device.architecture},
@@ -67,6 +67,8 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
         f"{OWN_DOMAIN}/minor": {"int": device.minor},
         f"{OWN_DOMAIN}/nvlinkPeers": {"int": device.nvlink_peers},
     }
+    if device.uuid:  # a dynamic MIG partition has none until it is created (NVIDIA's has none)
+        attrs["uuid"] = {"string": device.uuid}
     if inventory.cuda_driver_version:
         attrs["cudaDriverVersion"] = {"version": semver(inventory.cuda_driver_version)}
     # Both only when known, as NVIDIA's driver does: a MIG device carries its GPU's.
@@ -77,7 +79,7 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
     if device.type == "mig":
         attrs["parentUUID"] = {"string": device.parent_uuid}
         attrs["profile"] = {"string": device.profile}
-        if device.mig is not None:
+        if device.mig is not None and device.mig.gi_id >= 0:
             attrs[f"{OWN_DOMAIN}/gpuInstance"] = {"int": device.mig.gi_id}
             attrs[f"{OWN_DOMAIN}/computeInstance"] = {"int": device.mig.ci_id}
     if device.clique_id:
@@ -109,6 +111,10 @@ def device_entry(device: Device, inventory: Inventory, version: str,
                             "capacity": device_capacity(device)}
     if taints:
         body["taints"] = [dict(t) for t in taints]
+    if device.consumes:
+        body["consumesCounters"] = [{
+            "counterSet": partitions.counter_set_name(device.minor),
+            "counters": partitions.counters_json(dict(device.consumes))}]
     if version == "v1beta1":  # v1beta1 nests them under "basic"; later versions flattened it
         return {"name": device.name, "basic": body}
     return {"name": device.name, **body}
@@ -147,7 +153,8 @@ def slice_name(driver: str, node: str, index: int) -> str:
 def build_slices(driver: str, node: str, inventory: Inventory, version: str,
                  generation: int, taints: Mapping[str, Sequence[Taint]] | None = None,
                  use_taints: bool = True, node_wide_lost: bool = False,
-                 owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                 owner: Mapping[str, Any] | None = None,
+                 separate_counters: bool = True) -> list[dict[str, Any]]:
     """The node's pool (named after the node) as one or more slices of at most 128 devices.
 
     ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``,
@@ -155,6 +162,11 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
     is lost. Without ``use_taints`` (an apiserver that drops them: DRADeviceTaints off) an
     unhealthy device is left out of the pool instead, so nothing schedules onto it either
     way. ``owner``: the ownerReference every slice carries (the Node), when known.
+
+    Dynamic MIG's CounterSets (``inventory.counter_sets``): with ``separate_counters``
+    (resource.k8s.io 1.35+, where a slice holds devices or counters, never both) in slices of
+    their own, at most 8 sets each, before the device slices; without it (1.34) each slice
+    holds whole GPUs with their sets. Slices with counters hold at most 64 devices.
     """
     if version not in VERSIONS:
         raise ValueError(f"unsupported resource.k8s.io version {version!r}")
@@ -170,7 +182,24 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
     devices: Sequence[Device] = [d for d in inventory.devices
                                  if use_taints or not unhealthy(wanted.get(d.name, ()))]
     size = MAX_TAINTED_DEVICES_PER_SLICE if use_taints and wanted else MAX_DEVICES_PER_SLICE
-    chunks = [devices[i:i + size] for i in range(0, len(devices), size)] or [[]]
+    sets = [{"name": name, "counters": partitions.counters_json(dict(counters))}
+            for name, counters in inventory.counter_sets]
+    chunk_sets: list[list[dict[str, Any]]]
+    chunks: list[Sequence[Device]]
+    if sets:
+        size = MAX_TAINTED_DEVICES_PER_SLICE
+    if sets and separate_counters:
+        chunk_sets = [sets[i:i + MAX_COUNTER_SETS_PER_SLICE]
+                      for i in range(0, len(sets), MAX_COUNTER_SETS_PER_SLICE)]
+        device_chunks = [devices[i:i + size] for i in range(0, len(devices), size)]
+        chunks = [*([] for _ in chunk_sets), *device_chunks]
+        chunk_sets += [[] for _ in device_chunks]
+    elif sets:
+        by_gpu, chunk_sets = _by_gpu(devices, sets, size)
+        chunks = list(by_gpu)
+    else:
+        chunks = [devices[i:i + size] for i in range(0, len(devices), size)] or [[]]
+        chunk_sets = [[] for _ in chunks]
     metadata: dict[str, Any] = {"labels": {"app.kubernetes.io/managed-by": "fakegpu-plugin"}}
     if owner:
         metadata["ownerReferences"] = [dict(owner)]
@@ -182,11 +211,39 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
             "driver": driver,
             "nodeName": node,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
-            "devices": [device_entry(d, inventory, version,
-                                     wanted.get(d.name, ()) if use_taints else ())
-                        for d in chunk],
+            # A counters-only slice has no devices at all (the apiserver stores none).
+            **({} if chunk_sets[i] and not chunk else {"devices": [
+                device_entry(d, inventory, version, wanted.get(d.name, ()) if use_taints else ())
+                for d in chunk]}),
+            **({"sharedCounters": copy.deepcopy(chunk_sets[i])} if chunk_sets[i] else {}),
         },
     } for i, chunk in enumerate(chunks)]
+
+
+MAX_COUNTER_SETS_PER_SLICE = 8  # the apiserver's limit (1.35+)
+
+
+def _by_gpu(devices: Sequence[Device], sets: list[dict[str, Any]], size: int
+            ) -> tuple[list[list[Device]], list[list[dict[str, Any]]]]:
+    """1.34: a device and the CounterSet it consumes from share a slice, so slices hold whole
+    GPUs (a GPU's devices and its set), at most ``size`` devices and 8 sets each."""
+    by_minor: dict[int, list[Device]] = {}
+    for device in devices:
+        by_minor.setdefault(device.minor, []).append(device)
+    named = {s["name"]: s for s in sets}
+    chunks: list[list[Device]] = [[]]
+    chunk_sets: list[list[dict[str, Any]]] = [[]]
+    for minor, group in sorted(by_minor.items()):
+        own = named.get(partitions.counter_set_name(minor))
+        full = (len(chunks[-1]) + len(group) > size
+                or (own is not None and len(chunk_sets[-1]) >= MAX_COUNTER_SETS_PER_SLICE))
+        if chunks[-1] and full:
+            chunks.append([])
+            chunk_sets.append([])
+        chunks[-1].extend(group)
+        if own is not None:
+            chunk_sets[-1].append(own)
+    return chunks, chunk_sets
 
 
 def _contains(have: Any, want: Any) -> bool:
@@ -218,7 +275,10 @@ def same_devices(existing: Sequence[dict[str, Any]], desired: Sequence[dict[str,
             return False
         # "Contains" cannot see a taint that went away (desired then has no taints at all).
         assert published is not None
-        for mine, theirs in zip(spec["devices"], published["devices"], strict=True):
+        if len(spec.get("devices") or []) != len(published.get("devices") or []):
+            return False
+        for mine, theirs in zip(spec.get("devices") or [], published.get("devices") or [],
+                                strict=True):
             if [_bare(t) for t in device_taints(theirs)] != device_taints(mine):
                 return False
     return True

@@ -9,6 +9,7 @@ the whole GPU fits beside nothing.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,76 @@ def test_names_follow_nvidias_driver() -> None:
     used = h100.consumption(one_g)
     assert used["memory-slice-2"] == 1 and "memory-slice-1" not in used
     assert used["compute-slices"] == 1 and used["multiprocessors"] == 16
+
+
+# --- the slices that carry them ---------------------------------------------------------------
+
+
+def _dynamic_inventory(gpus: int) -> Any:
+    """``gpus`` partitionable H100s, devices and sets as discovery builds them (from the
+    catalog's table instead of NVML)."""
+    from dataclasses import replace
+
+    from fakegpu.plugin.discovery import Inventory, MigInfo, mig_device_name
+
+    from .helpers import gpu
+
+    h100 = catalog.products()["H100-SXM5-80GB"]
+    devices = []
+    sets = []
+    for minor in range(gpus):
+        whole = gpu(minor)
+        parts = gpu_of(h100, minor)
+        devices.append(replace(whole, consumes=tuple(sorted(parts.full_consumption().items()))))
+        for placement in parts.placements():
+            info = MigInfo(gi_id=-1, ci_id=-1, profile_id=placement.profile.profile_id,
+                           placement_start=placement.start, placement_size=placement.size)
+            devices.append(replace(
+                whole, name=mig_device_name(minor, placement.profile.name, info), type="mig",
+                uuid="", parent_uuid=whole.uuid, profile=placement.profile.name, mig=info,
+                consumes=tuple(sorted(parts.consumption(placement).items()))))
+        sets.append((partitions.counter_set_name(minor), tuple(sorted(parts.counters().items()))))
+    return Inventory(driver_version="580.159.03", cuda_driver_version="13.0",
+                     devices=tuple(devices), counter_sets=tuple(sets))
+
+
+def test_from_1_35_counters_have_slices_of_their_own() -> None:
+    from fakegpu.plugin import slices
+
+    from .helpers import DRIVER, NODE
+
+    inv = _dynamic_inventory(gpus=8)  # 8 x 26 devices
+    out = slices.build_slices(DRIVER, NODE, inv, "v1", 1, separate_counters=True)
+    counters_only = [s for s in out if "sharedCounters" in s["spec"]]
+    assert len(counters_only) == 1 and "devices" not in counters_only[0]["spec"]
+    assert [c["name"] for c in counters_only[0]["spec"]["sharedCounters"]] == [
+        f"gpu-{i}-counter-set" for i in range(8)]
+    device_slices = [s for s in out if "sharedCounters" not in s["spec"]]
+    assert all(len(s["spec"]["devices"]) <= 64 for s in device_slices)
+    assert sum(len(s["spec"]["devices"]) for s in device_slices) == 8 * 26
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in out} == {len(out)}
+    part = next(d for s in device_slices for d in s["spec"]["devices"]
+                if d["name"] == "gpu-2-mig-1g10gb-19-5")
+    assert "uuid" not in part["attributes"]  # it does not exist yet
+    assert part["consumesCounters"] == [{"counterSet": "gpu-2-counter-set", "counters": {
+        **{k: {"value": str(v)} for k, v in {
+            "multiprocessors": 16, "copy-engines": 1, "decoders": 1, "encoders": 0,
+            "jpeg-engines": 1, "ofa-engines": 0, "compute-slices": 1}.items()},
+        "memory": part["consumesCounters"][0]["counters"]["memory"],
+        "memory-slice-5": {"value": "1"}}}]
+    assert slices.same_devices(out, slices.build_slices(DRIVER, NODE, inv, "v1", 2))
+
+
+def test_on_1_34_each_slice_holds_whole_gpus_with_their_counters() -> None:
+    from fakegpu.plugin import slices
+
+    from .helpers import DRIVER, NODE
+
+    inv = _dynamic_inventory(gpus=3)
+    out = slices.build_slices(DRIVER, NODE, inv, "v1", 1, separate_counters=False)
+    assert len(out) == 2  # 26 + 26 devices, then the third GPU's
+    for s in out:
+        minors = {int(d["name"].split("-")[1]) for d in s["spec"]["devices"]}
+        assert [c["name"] for c in s["spec"]["sharedCounters"]] == [
+            f"gpu-{m}-counter-set" for m in sorted(minors)]
+        assert len(s["spec"]["devices"]) <= 64

@@ -1,0 +1,171 @@
+"""Dynamic MIG on the fake NVML library: discovery publishes every placement with counters,
+prepare-time creation lands exactly at the placement, destruction and restart reconcile.
+
+Each scenario runs in a fresh process (pynvml binds libnvidia-ml.so.1 once per process) on a
+node rendered from a topology; what it checks is read back through pynvml, as nvidia-smi would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fakegpu.plugin import partitions
+
+TOPOLOGY = """
+name: dyn
+nodes:
+  - name: h100-dyn
+    gpus:
+      - product: H100-SXM5-80GB
+        mig: {enabled: true}
+      - product: H100-SXM5-80GB
+"""
+
+_PRELUDE = """
+import json, sys
+import pynvml
+from fakegpu.plugin import discovery, dynmig, partitions
+
+inv = discovery.discover(dynamic_mig=True)
+by_name = inv.by_name()
+mig = dynmig.DynamicMig(lambda: by_name)
+
+def instances():
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for gi, info in dynmig._instances(h):
+                out.append([i, int(info.profileId), int(info.placement.start),
+                            int(info.placement.size)])
+        return sorted(out)
+    finally:
+        pynvml.nvmlShutdown()
+"""
+
+
+def _node(tmp_path: Path) -> dict[str, str]:
+    from fakegpu.nvml import env, state
+    from fakegpu.topology.load import load_topology
+
+    (tmp_path / "dyn.yaml").write_text(TOPOLOGY)
+    path = state.render(load_topology(tmp_path / "dyn.yaml"), "h100-dyn", tmp_path / "s.bin")
+    return {**os.environ, **env.env(path)}
+
+
+def _run(environ: dict[str, str], body: str) -> Any:
+    out = subprocess.run([sys.executable, "-c", _PRELUDE + body], env=environ,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_discovery_publishes_the_gpu_and_every_placement_with_counters(tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    got = _run(environ, """
+import dataclasses
+print(json.dumps({"devices": [dataclasses.asdict(d) for d in inv.devices],
+                  "sets": [[n, dict(c)] for n, c in inv.counter_sets]}))
+""")
+    devices = got["devices"]
+    # Both H100s support MIG (one has it on, one off): both are partitionable, each whole and
+    # as 25 placements (1g.10gb x7, 1g.10gb+me x7, 1g.20gb x4, 2g.20gb x3, 3g.40gb x2,
+    # 4g.40gb, 7g.80gb), all named as NVIDIA names them.
+    assert sorted(n for n, _ in got["sets"]) == ["gpu-0-counter-set", "gpu-1-counter-set"]
+    for minor in (0, 1):
+        mine = [d for d in devices if d["minor"] == minor]
+        assert [d["name"] for d in mine if d["type"] == "gpu"] == [f"gpu-{minor}"]
+        parts = [d for d in mine if d["type"] == "mig"]
+        assert len(parts) == 25
+        assert all(d["uuid"] == "" and d["mig"]["gi_id"] == -1 for d in parts)
+        assert f"gpu-{minor}-mig-1g10gb-19-6" in {d["name"] for d in parts}
+        assert f"gpu-{minor}-mig-7g80gb-0-0" in {d["name"] for d in parts}
+        counters = dict(got["sets"][minor][1])
+        whole = next(d for d in mine if d["type"] == "gpu")
+        assert dict(map(tuple, whole["consumes"])) == counters
+        for d in parts:
+            used = dict(map(tuple, d["consumes"]))
+            start, size = d["mig"]["placement_start"], d["mig"]["placement_size"]
+            assert {k for k in used if k.startswith("memory-slice-")} == {
+                f"memory-slice-{i}" for i in range(start, start + size)}
+            assert partitions.fits(counters, [used])
+            assert not partitions.fits(counters, [used, counters])
+
+
+def test_create_lands_at_the_placement_destroy_removes_it(tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    got = _run(environ, """
+made = [mig.create(by_name[n]) for n in ("gpu-0-mig-1g10gb-19-3", "gpu-0-mig-3g40gb-9-4",
+                                          "gpu-1-mig-1g10gb-19-0")]
+after_create = instances()
+again = mig.create(by_name["gpu-0-mig-1g10gb-19-3"])  # a retried prepare: taken over
+after_again = instances()
+# NVML's view of the MIG devices: their UUIDs and GPU instances.
+pynvml.nvmlInit()
+seen = {}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    for k in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+        try:
+            m = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+        except pynvml.NVMLError:
+            continue
+        u = pynvml.nvmlDeviceGetUUID(m)
+        seen[u.decode() if isinstance(u, bytes) else u] = int(pynvml.nvmlDeviceGetGpuInstanceId(m))
+pynvml.nvmlShutdown()
+errors = mig.destroy(["gpu-0-mig-3g40gb-9-4", "gpu-0"])
+print(json.dumps({"made": [[d.uuid, d.mig.gi_id] for d in made], "again": again.uuid,
+                  "after_create": after_create, "after_again": after_again, "seen": seen,
+                  "errors": errors, "after_destroy": instances()}))
+""")
+    # 1g.10gb is GI profile 19, 3g.40gb 9, each exactly where the device name says; GPU 1
+    # had MIG off: create turned it on first.
+    assert got["after_create"] == [[0, 9, 4, 4], [0, 19, 3, 1], [1, 19, 0, 1]]
+    assert got["after_again"] == got["after_create"]  # nothing created twice
+    assert got["again"] == got["made"][0][0]
+    for uuid, gi in got["made"]:
+        assert uuid.startswith("MIG-") and got["seen"][uuid] == gi
+    assert got["errors"] == []
+    assert got["after_destroy"] == [[0, 19, 3, 1], [1, 19, 0, 1]]
+
+
+def test_a_failed_create_is_the_claims_error_and_leaves_nothing(tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    got = _run(environ, """
+mig.create(by_name["gpu-0-mig-4g40gb-5-0"])
+before = instances()
+try:
+    mig.create(by_name["gpu-0-mig-2g20gb-14-2"])  # overlaps the 4g at memory slices 2-3
+    error = ""
+except dynmig.PartitionError as err:
+    error = str(err)
+print(json.dumps({"before": before, "error": error, "after": instances()}))
+""")
+    assert "gpu-0-mig-2g20gb-14-2" in got["error"] and "memory slice 2" in got["error"]
+    assert got["after"] == got["before"] == [[0, 5, 0, 4]]
+
+
+def test_reconcile_keeps_owned_instances_and_destroys_the_rest(tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    got = _run(environ, """
+for n in ("gpu-0-mig-1g10gb-19-0", "gpu-0-mig-1g10gb-19-1", "gpu-1-mig-7g80gb-0-0"):
+    mig.create(by_name[n])
+# An operator's instance nobody claimed, beside them.
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+p = pynvml.c_nvmlGpuInstancePlacement_t(); p.start, p.size = 4, 4
+import ctypes; pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, 9, ctypes.byref(p))
+pynvml.nvmlShutdown()
+destroyed = mig.reconcile(["gpu-0-mig-1g10gb-19-1", "gpu-1-mig-7g80gb-0-0", "gpu-0"])
+print(json.dumps({"destroyed": len(destroyed), "after": instances(),
+                  "second": len(mig.reconcile(["gpu-0-mig-1g10gb-19-1",
+                                               "gpu-1-mig-7g80gb-0-0"]))}))
+""")
+    assert got["after"] == [[0, 19, 1, 1], [1, 0, 0, 8]]
+    assert got["destroyed"] == 2 and got["second"] == 0
