@@ -32,6 +32,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--nvidia-compatible", action="store_true",
                      help="act as NVIDIA's driver: name gpu.nvidia.com, so its DeviceClass "
                           "and CEL selectors work unchanged")
+    run.add_argument("--dynamic-mig", action="store_true",
+                     help="NVIDIA's DynamicMIG: publish every MIG-capable GPU whole and as every "
+                          "placement of every MIG profile (partitionable devices sharing a "
+                          "counter set), and create the MIG device when a claim is prepared "
+                          "(needs DRAPartitionableDevices)")
     run.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
     run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
@@ -82,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
         state_dir=args.state_dir, write_status=args.write_status,
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
-        grace_period_s=args.grace_period))
+        grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig))
 
 
 def _deviceclass(args: argparse.Namespace) -> int:

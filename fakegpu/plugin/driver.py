@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +25,15 @@ from fakegpu.errors import FakegpuError
 from . import cdi, checkpoint, names
 from .checkpoint import PreparedClaim
 from .discovery import Inventory, carry_lost
-from .prepare import ClaimError, ClaimPlan, ClaimRef, plan_claim, prepared_claim
+from .dynmig import DynamicMig
+from .prepare import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimPlan,
+    ClaimRef,
+    plan_claim,
+    prepared_claim,
+)
 from .statelock import LockTimeout, StateLock
 
 log = logging.getLogger(__name__)
@@ -52,6 +60,7 @@ class DriverConfig:
     cdi_root: Path
     instance: str = ""
     write_status: bool = False
+    dynamic_mig: bool = False  # partitions are created at prepare (dynmig.py)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,8 @@ class Driver:
         self._lock = StateLock(cfg.state_dir, LOCK_TIMEOUT_S)
         self._status = (ThreadPoolExecutor(STATUS_WORKERS, thread_name_prefix="claim-status")
                         if cfg.write_status else None)
+        self._mig = (DynamicMig(lambda: devices.current().by_name()) if cfg.dynamic_mig
+                     else None)
         self.recover()
 
     def recover(self) -> None:
@@ -120,6 +131,9 @@ class Driver:
                     if not names.problem(uid) and not self._records.path(uid).exists():
                         spec.unlink(missing_ok=True)
                         log.info("removed a CDI spec no prepared claim refers to: %s", spec)
+                if self._mig is not None:  # MIG instances a killed prepare/unprepare left
+                    self._mig.reconcile(d.device_name for c in self._records.all().values()
+                                        for d in c.devices)
         except LockTimeout as err:  # a busy peer: the next start cleans up instead
             log.warning("skipped startup cleanup: %s", err)
         except OSError as err:
@@ -154,12 +168,33 @@ class Driver:
                 continue
             try:  # no lock held: apiserver latency must not serialize the node
                 fetched[ref.uid] = self._claims.get_claim(ref.namespace, ref.name)
-                plans[ref.uid] = self._plan(fetched[ref.uid], ref)
+                plans[ref.uid] = self._realize(self._plan(fetched[ref.uid], ref))
             except Exception as err:  # any failure (apiserver, allocation) is this claim's
                 results[ref.uid] = PrepareResult(None, str(err))
         if plans:
             results.update(self._prepare_planned(plans, fetched))
+            for uid, plan in plans.items():
+                if results[uid].error:  # not prepared: its MIG instances go too
+                    self._release(plan)
         return results
+
+    def _realize(self, plan: ClaimPlan) -> ClaimPlan:
+        """Create the claim's dynamic MIG partitions; on a failure, destroy what this made."""
+        if self._mig is None or not any(d.device.partition for d in plan.devices):
+            return plan
+        made: list[AllocatedDevice] = []
+        try:
+            for d in plan.devices:
+                made.append(replace(d, device=self._mig.create(d.device)))
+        except Exception:
+            self._release(replace(plan, devices=tuple(made)))
+            raise
+        return replace(plan, devices=tuple(made))
+
+    def _release(self, plan: ClaimPlan) -> None:
+        if self._mig is not None:
+            for error in self._mig.destroy(d.device.name for d in plan.devices):
+                log.error("claim uid=%s: %s", plan.ref.uid, error)
 
     def _adopt_legacy(self) -> None:
         """An instance of an earlier release beside us (rolling update) still writes the
@@ -274,6 +309,14 @@ class Driver:
             with self._lock.commit():
                 for ref in refs:
                     try:
+                        if self._mig is not None:
+                            # MIG instances before the record: a failure leaves the record,
+                            # so the kubelet's retry destroys them (reconcile at start too).
+                            record = self._records.get(ref.uid)
+                            if record is not None and (errors := self._mig.destroy(
+                                    d.device_name for d in record.devices)):
+                                results[ref.uid] = "; ".join(errors)
+                                continue
                         # The record first: a crash in between leaves a spec without a record,
                         # which the kubelet's retried unprepare removes (by its fixed name).
                         if self._records.remove(ref.uid):

@@ -5,9 +5,10 @@ a difference bumps the pool generation. Two instances publishing the same device
 agree, and a restarted instance changes nothing.
 
 Taints: an XID/ECC taint, once published, is kept by every instance for as long as the device
-(same name, same UUID) is there, even by one that never saw the event: the apiserver is the
-record of health, so two instances never undo each other's taints (and never flap).
-``gpu-lost`` is not sticky: it follows what NVML answers now. An apiserver that drops taints
+(same name, same UUID) is there and NVML does not say the fault is over, even by one that never
+saw the event: the apiserver is the record of health, so two instances never undo each other's
+taints (and never flap). ``gpu-lost``, ``nvlink-down`` and ``fabric`` are not sticky: they
+follow what NVML answers now. An apiserver that drops taints
 (DRADeviceTaints off) is detected from what it stores; unhealthy devices are then left out.
 Informational taints (effect None) exist from resource.k8s.io 1.35: an older apiserver gets
 none. Slices are owned by their Node, as NVIDIA's are, when the plugin may read the Node.
@@ -49,7 +50,7 @@ def sticky_taints(driver: str, inventory: Inventory,
                   existing: Sequence[Mapping[str, Any]]) -> dict[str, list[Taint]]:
     """Device name -> the taints of this driver already published on that same device. Pure."""
     uuids = {d.name: d.uuid for d in inventory.devices}
-    lost_key = f"{driver}/{slices.TAINT_GPU_LOST}"
+    current = {f"{driver}/{name}" for name in slices.FOLLOW_NVML}
     out: dict[str, list[Taint]] = {}
     for obj in existing:
         for entry in obj["spec"].get("devices") or []:
@@ -58,7 +59,7 @@ def sticky_taints(driver: str, inventory: Inventory,
                 continue  # gone, or another device under the same name (MIG reconfigured)
             kept = [{k: v for k, v in t.items() if k in ("key", "value", "effect")}
                     for t in slices.device_taints(entry)
-                    if t.get("key", "").startswith(f"{driver}/") and t.get("key") != lost_key]
+                    if t.get("key", "").startswith(f"{driver}/") and t.get("key") not in current]
             if kept:
                 out[name] = kept
     return out
@@ -98,11 +99,14 @@ class SlicePublisher:
     def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
                  interval_s: float = 10.0,
                  health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None,
-                 nvidia_compatible: bool = False) -> None:
+                 nvidia_compatible: bool = False,
+                 still_faulty: Callable[[Inventory, Mapping[str, Sequence[Taint]]],
+                                        Mapping[str, Sequence[Taint]]] | None = None) -> None:
         self._kube, self._devices = kube, devices
         self._driver, self._node, self._interval = driver, node, interval_s
         self._health = health or (lambda _inventory: {})
         self._nvidia = nvidia_compatible
+        self._still_faulty = still_faulty or (lambda _inventory, taints: taints)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="slice-publisher", daemon=True)
@@ -132,8 +136,9 @@ class SlicePublisher:
         owner = self.owner()
         inventory = self._devices.refresh()
         existing = self._kube.list_slices(self._driver, self._node)
-        taints = merge_taints(sticky_taints(self._driver, inventory, existing),
-                              self._health(inventory), keep_fatal=not self._nvidia)
+        # Adopted taints last only while NVML still reports their fault (a cleared one goes).
+        adopted = self._still_faulty(inventory, sticky_taints(self._driver, inventory, existing))
+        taints = merge_taints(adopted, self._health(inventory), keep_fatal=not self._nvidia)
         if self._kube.server_minor() < EFFECT_NONE_MINOR:
             taints = fatal_only(taints)
         # Dynamic MIG's counters: a slice of their own from 1.35 on, beside the devices before.

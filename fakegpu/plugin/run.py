@@ -42,6 +42,7 @@ class Options:
     rediscover_interval_s: float = 10.0
     grace_period_s: float = 30.0
     workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
+    dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
 
 
 def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
@@ -67,14 +68,15 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
     nvidia = opts.driver_name == NVIDIA_DRIVER
-    devices = Devices(lambda: discovery.discover(nvidia))
+    devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
              len(inventory.devices), ",".join(d.name for d in inventory.devices))
     kube = Kube(opts.kubeconfig)
     driver = Driver(DriverConfig(driver=opts.driver_name, node=opts.node_name,
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
-                                 instance=opts.instance_id, write_status=opts.write_status),
+                                 instance=opts.instance_id, write_status=opts.write_status,
+                                 dynamic_mig=opts.dynamic_mig),
                     kube, devices)
     health = Health(opts.driver_name, nvidia)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,

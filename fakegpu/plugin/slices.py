@@ -26,6 +26,10 @@ OWN_DOMAIN = "fakegpu.dev"
 TAINT_GPU_LOST = "gpu-lost"
 TAINT_XID = "xid"
 TAINT_ECC = "ecc"  # fakegpu's: NVIDIA's driver ignores ECC events (see docs/plugin.md)
+TAINT_NVLINK = "nvlink-down"  # fakegpu's, like the next: NVIDIA's driver watches neither
+TAINT_FABRIC = "fabric"
+# Taints that follow what NVML answers now, never adopted from published slices.
+FOLLOW_NVML = (TAINT_GPU_LOST, TAINT_NVLINK, TAINT_FABRIC)
 NO_SCHEDULE = "NoSchedule"
 INFORMATIONAL = "None"  # the effect of a taint that only informs (resource.k8s.io 1.35+)
 Taint = dict[str, str]  # {"key", "value"?, "effect"}; timeAdded is left to the apiserver

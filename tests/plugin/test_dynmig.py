@@ -169,3 +169,101 @@ print(json.dumps({"destroyed": len(destroyed), "after": instances(),
 """)
     assert got["after"] == [[0, 19, 1, 1], [1, 0, 0, 8]]
     assert got["destroyed"] == 2 and got["second"] == 0
+
+
+_DRIVER = """
+import copy, pathlib
+from fakegpu.plugin.driver import Devices, Driver, DriverConfig
+from fakegpu.plugin.prepare import ClaimRef
+
+state, cdi_root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+
+class Claims:
+    def __init__(self):
+        self.claims = {}
+    def add(self, name, uid, devices):
+        self.claims[name] = {"metadata": {"name": name, "namespace": "ns", "uid": uid},
+                             "status": {"allocation": {"devices": {"results": [
+                                 {"request": "mig", "driver": "gpu.fakegpu.dev",
+                                  "pool": "node-a", "device": d} for d in devices]}}}}
+    def get_claim(self, namespace, name):
+        return copy.deepcopy(self.claims[name])
+    def replace_claim_status(self, claim):
+        pass
+
+claims = Claims()
+
+def driver():
+    devices = Devices(lambda: discovery.discover(dynamic_mig=True))
+    return Driver(DriverConfig(driver="gpu.fakegpu.dev", node="node-a", state_dir=state,
+                               cdi_root=cdi_root, dynamic_mig=True), claims, devices)
+
+def ref(name, uid):
+    return ClaimRef("ns", name, uid)
+
+def spec_env(uid):
+    spec = json.loads(next(cdi_root.glob(f"*{uid}*.json")).read_text())
+    return [e for e in spec["containerEdits"]["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+"""
+
+
+def _run_driver(environ: dict[str, str], tmp_path: Path, body: str) -> Any:
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "cdi").mkdir(exist_ok=True)
+    out = subprocess.run([sys.executable, "-c", _PRELUDE + _DRIVER + body,
+                          str(tmp_path / "state"), str(tmp_path / "cdi")], env=environ,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_prepare_creates_the_partition_the_pod_sees_unprepare_destroys_it(
+        tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    got = _run_driver(environ, tmp_path, """
+d = driver()
+claims.add("a", "uid-a", ["gpu-0-mig-1g10gb-19-2", "gpu-0-mig-3g40gb-9-4"])
+claims.add("bad", "uid-bad", ["gpu-0-mig-1g10gb-19-0", "gpu-0-mig-2g20gb-14-4"])
+res = d.prepare([ref("a", "uid-a"), ref("bad", "uid-bad")])
+created = instances()
+env = spec_env("uid-a")
+again = d.prepare([ref("a", "uid-a")])  # the kubelet asks again: answered, nothing new
+after_again = instances()
+un = d.unprepare([ref("a", "uid-a")])
+print(json.dumps({"error_a": res["uid-a"].error, "error_bad": res["uid-bad"].error,
+                  "created": created, "env": env, "after_again": after_again,
+                  "again": again["uid-a"].error, "un": un, "after": instances()}))
+""")
+    assert got["error_a"] == ""
+    # The second claim's 2g at slices 4-5 collides with the first claim's 3g (4-7): the
+    # scheduler would never allocate that, but a failure must stay that claim's own, and its
+    # 1g (made first) is destroyed again.
+    assert "gpu-0-mig-2g20gb-14-4" in got["error_bad"]
+    assert got["created"] == [[0, 9, 4, 4], [0, 19, 2, 1]]
+    [env] = got["env"]
+    uuids = env.split("=", 1)[1].split(",")
+    assert len(uuids) == 2 and all(u.startswith("MIG-") for u in uuids)
+    assert got["again"] == "" and got["after_again"] == got["created"]
+    assert got["un"] == {"uid-a": ""}
+    assert got["after"] == []
+
+
+def test_a_restart_keeps_instances_of_prepared_claims_and_destroys_the_rest(
+        tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    first = _run_driver(environ, tmp_path, """
+d = driver()
+claims.add("a", "uid-a", ["gpu-1-mig-2g20gb-14-0"])
+res = d.prepare([ref("a", "uid-a")])
+# As if a prepare was killed between creating its instance and writing its record.
+mig.create(by_name["gpu-1-mig-1g10gb-19-6"])
+print(json.dumps({"error": res["uid-a"].error, "before": instances()}))
+""")
+    assert first["error"] == ""
+    assert first["before"] == [[1, 14, 0, 2], [1, 19, 6, 1]]
+    second = _run_driver(environ, tmp_path, """
+d = driver()  # a new plugin process: recover() reconciles
+print(json.dumps({"after": instances(), "env": spec_env("uid-a")}))
+""")
+    assert second["after"] == [[1, 14, 0, 2]]
+    assert second["env"] and second["env"][0].split("=", 1)[1].startswith("MIG-")

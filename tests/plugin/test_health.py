@@ -91,3 +91,55 @@ def test_nvidia_compatible_health_is_per_device_and_the_latest_xid_wins() -> Non
     assert health.record("MIG-1", "xid", "48") is True
     assert health.record("MIG-1", "xid", "13", "None") is True
     assert effects(health, inv) == {"gpu-1-mig-1": [("13", "None")]}
+
+
+def test_taints_adopted_from_slices_go_once_nvml_says_the_fault_is_over() -> None:
+    """A second instance adopts published XID/ECC taints; it lifts them when NVML reports the
+    fault cleared (fakegpu's last-XID query, the uncorrected ECC count), keeps them while it
+    cannot tell (a GPU not read yet, real NVML's XIDs)."""
+    from fakegpu.plugin.health import GpuFaults
+
+    inv = _mig_inventory()
+    health = Health(DRIVER)
+    xid = {"key": f"{DRIVER}/xid", "value": "79", "effect": "NoSchedule"}
+    ecc = {"key": f"{DRIVER}/ecc", "value": "dbe", "effect": "NoSchedule"}
+    adopted = {"gpu-0": [xid, ecc], "gpu-1-mig-1": [xid]}
+    assert health.still_faulty(inv, adopted) == adopted  # nothing read yet
+    assert health.update_faults({gpu(0).uuid: GpuFaults(last_xid=79, ecc_dbe=False),
+                                 gpu(1).uuid: GpuFaults(last_xid=0)}) is True
+    assert health.still_faulty(inv, adopted) == {"gpu-0": [xid]}
+    # GPU 1 answers nothing now (lost): unknown again, its adopted taint stays.
+    assert health.update_faults({gpu(0).uuid: GpuFaults(last_xid=None, ecc_dbe=True)}) is True
+    assert health.still_faulty(inv, adopted) == adopted
+    assert health.update_faults({gpu(0).uuid: GpuFaults(last_xid=None, ecc_dbe=True)}) is False
+
+
+def test_a_cleared_xid_is_forgotten_on_the_gpu_and_its_mig_devices() -> None:
+    from fakegpu.plugin.health import GpuFaults
+
+    inv = _mig_inventory()
+    health = Health(DRIVER)
+    health.taints(inv)  # learns which MIG devices belong to which GPU
+    assert health.record("MIG-2", "xid", "94") is True
+    assert health.update_faults({gpu(1).uuid: GpuFaults(last_xid=94)}) is True
+    assert effects(health, inv) == {"gpu-1-mig-2": [("94", "NoSchedule")]}
+    assert health.update_faults({gpu(1).uuid: GpuFaults(last_xid=0)}) is True
+    assert health.taints(inv) == {}
+    assert health.record("MIG-2", "xid", "94") is True  # the same fault again is news
+
+
+def test_nvlink_and_fabric_taints_follow_nvml_and_are_never_adopted() -> None:
+    from fakegpu.plugin.health import GpuFaults
+    from fakegpu.plugin.publish import sticky_taints
+    from fakegpu.plugin.slices import build_slices
+
+    inv = _mig_inventory()
+    health = Health(DRIVER)
+    health.update_faults({gpu(0).uuid: GpuFaults(links_down=(1, 4), fabric_degraded=True)})
+    published = build_slices(DRIVER, "n", inv, "v1", 1, health.taints(inv))
+    assert {(t["key"], t.get("value")) for t in published[0]["spec"]["devices"][0]["taints"]} \
+        == {(f"{DRIVER}/nvlink-down", "1_4"), (f"{DRIVER}/fabric", "degraded")}
+    assert sticky_taints(DRIVER, inv, published) == {}
+    nvidia = Health(DRIVER, nvidia_compatible=True)  # NVIDIA's driver watches neither
+    nvidia.update_faults({gpu(0).uuid: GpuFaults(links_down=(1,), fabric_degraded=True)})
+    assert nvidia.taints(inv) == {}

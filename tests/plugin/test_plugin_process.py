@@ -364,6 +364,15 @@ def test_nvml_events_taint_devices_at_once_and_prepared_claims_survive(
         assert len(pool.devices()) == 8  # tainted, not gone: the served API has taints
         assert prepare() == before  # the prepared claim on the lost GPU is still answered
         assert (short_tmp / "cdi" / f"gpu_fakegpu_dev-claim_{uid}.json").exists()
+        # Taints follow health both ways: a cleared fault lifts its taint (no event says so:
+        # the plugin reads the GPUs' state), and state-only faults taint and lift too.
+        faults.clear(state_path, 2, "xid")
+        wait_for(lambda: pool.taints("gpu-2") == {}, "xid taint lifted", inst.proc)
+        faults.inject(state_path, 4, "nvlink-down", 0)
+        wait_for(lambda: pool.taints("gpu-4") == {f"{DRIVER}/nvlink-down": "0"},
+                 "nvlink-down taint", inst.proc)
+        faults.clear(state_path, 4)
+        wait_for(lambda: pool.taints("gpu-4") == {}, "nvlink-down taint lifted", inst.proc)
         inst.proc.send_signal(signal.SIGTERM)
         assert inst.proc.wait(30) == 0
         assert pool.slices() == []

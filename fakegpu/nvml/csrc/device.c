@@ -346,6 +346,18 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     return NVML_SUCCESS;
 }
 
+/* fakegpu's own query (real NVML has none): the GPU's last XID, 0 once the fault is cleared.
+ * XID events say when a fault happens; this says whether it is still there, so a health
+ * watcher can lift its taint on `fakegpu fault clear` (standing for a repair or GPU reset). */
+FG_EXPORT nvmlReturn_t fakegpu_device_last_xid(nvmlDevice_t device, unsigned int *xid)
+{
+    FG_DEVICE(device, ref, xid);
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    *xid = d.last_xid;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
     FG_DEVICE(device, ref, mode);
