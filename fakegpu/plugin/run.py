@@ -81,7 +81,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     health = Health(opts.driver_name, nvidia)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
                                opts.rediscover_interval_s, health=health.taints,
-                               nvidia_compatible=nvidia)
+                               nvidia_compatible=nvidia, still_faulty=health.still_faulty)
     # Events wake the publisher at once; rediscovery every interval catches what NVML sends
     # no event for (MIG reconfiguration, a GPU that answers again).
     watcher = EventWatcher(health, devices.current, publisher.poke)
