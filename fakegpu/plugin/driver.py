@@ -253,11 +253,15 @@ class Driver:
 
     def _commit(self, staged: dict[str, _Staged],
                 results: dict[str, PrepareResult]) -> list[PreparedClaim]:
-        """Rename each staged claim into place unless another call recorded it first."""
+        """Rename each staged claim into place unless another call recorded it first.
+
+        The lock is taken per claim: a call with thousands of claims never makes a one-claim
+        call wait for more than one claim's renames.
+        """
         committed = []
-        with self._lock.commit():
-            for uid, entry in staged.items():
-                try:
+        for uid, entry in staged.items():
+            try:
+                with self._lock.commit():
                     existing = self._prepared(uid, repair=True)
                     if existing is not None:
                         results[uid] = PrepareResult(existing)
@@ -269,11 +273,11 @@ class Driver:
                     except OSError:
                         target.unlink(missing_ok=True)  # rollback: no spec without a record
                         raise
-                except OSError as err:
-                    results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
-                    continue
-                results[uid] = PrepareResult(entry.claim)
-                committed.append(entry.claim)
+            except OSError as err:
+                results[uid] = PrepareResult(None, f"cannot record prepared claim: {err}")
+                continue
+            results[uid] = PrepareResult(entry.claim)
+            committed.append(entry.claim)
         return committed
 
     def _prepared(self, uid: str, repair: bool = False) -> PreparedClaim | None:
@@ -306,9 +310,9 @@ class Driver:
         removed = []
         try:
             self._adopt_legacy()
-            with self._lock.commit():
-                for ref in refs:
-                    try:
+            for ref in refs:  # the lock per claim, as in prepare: a big call blocks no one
+                try:
+                    with self._lock.commit():
                         if self._mig is not None:
                             # MIG instances before the record: a failure leaves the record,
                             # so the kubelet's retry destroys them (reconcile at start too).
@@ -324,8 +328,8 @@ class Driver:
                         cdi.remove_spec(self.cfg.cdi_root,
                                         cdi.spec_filename(self.cfg.driver, ref.uid))
                         results[ref.uid] = ""
-                    except OSError as err:
-                        results[ref.uid] = f"cannot unprepare: {err}"
+                except OSError as err:
+                    results[ref.uid] = f"cannot unprepare: {err}"
             if removed:  # the specs' removal is not synced: recover() removes orphans
                 self._records.sync()
         except OSError as err:

@@ -396,3 +396,37 @@ def test_a_record_whose_spec_is_gone_is_prepared_again(node: Node, damage: str) 
         spec.write_text("")
     assert _prepare(stub, ("default", "c", "u-c")).claims["u-c"] == first
     assert spec.read_text() == good
+
+
+def test_a_one_claim_prepare_never_waits_for_a_big_batch(node: Node,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue input: one call with 10,000 claims held the node-wide lock for 40-80 s while a
+    one-claim prepare waited. Here a batch is stopped while it writes its files; a one-claim
+    prepare and unprepare from another client complete meanwhile."""
+    from fakegpu.plugin.checkpoint import Records
+
+    stage, entered, release = Records.stage, threading.Event(), threading.Event()
+
+    def slow_stage(self: Records, claim: Any) -> Path:
+        if claim.uid == "u-b5":  # the batch's sixth claim: five are staged already
+            entered.set()
+            assert release.wait(30)
+        return stage(self, claim)
+
+    monkeypatch.setattr(Records, "stage", slow_stage)
+    stub = node.dra(node.start(), "v1")
+    for i in range(10):
+        node.store.add(claim(f"b{i}", f"u-b{i}", [f"gpu-{i % 4}"]))
+    node.store.add(claim("one", "u-one", ["gpu-1"]))
+    batch: list[Any] = []
+    caller = threading.Thread(target=lambda: batch.append(
+        _prepare(stub, *[("default", f"b{i}", f"u-b{i}") for i in range(10)])))
+    caller.start()
+    try:
+        assert entered.wait(10)
+        assert _prepare(stub, ("default", "one", "u-one")).claims["u-one"].error == ""
+        assert _unprepare(stub, ("default", "one", "u-one")).claims["u-one"].error == ""
+    finally:
+        release.set()
+        caller.join(30)
+    assert all(c.error == "" for c in batch[0].claims.values())
