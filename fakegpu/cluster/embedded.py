@@ -51,6 +51,7 @@ from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
+from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
 CLUSTERS_ENV = "FAKEGPU_CLUSTERS_DIR"
@@ -412,7 +413,10 @@ class EmbeddedProvider:
             install.write_plugin_credentials(
                 token, values, kubeconfig=lay.plugin_kubeconfig, token_file=lay.plugin_token,
                 server=st.server, ca=st.cp_dir / "pki" / "ca.crt", cluster=st.name)
-        rec = nodemod.start_plugin(lay, st.driver, env)
+        # The topology's per-node plugin mode: NVIDIA's DynamicMIG (mig.dynamic).
+        node = load_topology(Path(st.topology)).node(lay.name)
+        rec = nodemod.start_plugin(lay, st.driver, env,
+                                   extra_args=["--dynamic-mig"] if node.dynamic_mig else [])
         st.processes[rec.name] = rec
         st.save()
 

@@ -278,6 +278,12 @@ class _NodeSpec:
         faults = _faults(report, data.get("faults"), join(path, "faults"), gpus, nvlink)
         if system is None or nvlink is None or faults is None:
             return None
+        # Dynamic MIG is the node plugin's mode (NVIDIA's feature gate): all MIG GPUs or none.
+        dynamic = {g.mig.dynamic for g in gpus if g.product.mig is not None}
+        if len(dynamic) > 1:
+            report.add(join(path, "gpus"), "mig.dynamic must be the same for every GPU of a "
+                       "node (the node's plugin runs with --dynamic-mig or without)")
+            return None
         switches = nvlink.switches if nvlink.mode == "switched" else 0
         gpu_pci, switch_pci = pci.addresses(product, len(gpus), switches)
         clash = pci.problem(gpu_pci, switch_pci)
@@ -423,13 +429,23 @@ def _gpu(report: Report, data: dict[str, Any], path: str, with_count: bool) -> _
 def _mig(report: Report, raw: Any, path: str, product: Product) -> Mig | None:
     if raw is None:
         return Mig()
-    data = report.mapping(raw, path, ("enabled", "instances"))
+    data = report.mapping(raw, path, ("enabled", "instances", "dynamic"))
     if data is None:
         return None
     enabled = report.get(data, "enabled", path, bool, default=False)
+    dynamic = report.get(data, "dynamic", path, bool, default=False)
     instances = data.get("instances") or []
-    if enabled is None:
+    if enabled is None or dynamic is None:
         return None
+    if dynamic:  # NVIDIA's DynamicMIG: the node's plugin makes the instances claims ask for
+        if product.mig is None:
+            report.add(join(path, "dynamic"), f"{product.key} does not support MIG")
+            return None
+        if instances:
+            report.add(join(path, "instances"), "a dynamic-MIG GPU starts without instances "
+                       "(the plugin creates them for claims)")
+            return None
+        return Mig(enabled=enabled, dynamic=True)
     if enabled and product.mig is None:
         report.add(join(path, "enabled"), f"{product.key} does not support MIG")
         return None

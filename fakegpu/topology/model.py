@@ -188,6 +188,9 @@ class MigInstance:
 class Mig:
     enabled: bool = False
     instances: tuple[MigInstance, ...] = ()
+    # NVIDIA's DynamicMIG: the node's plugin runs with --dynamic-mig (the feature gate is per
+    # plugin, so per node: every MIG-capable GPU of the node must say so).
+    dynamic: bool = False
 
 
 MAX_XID = 999  # fault XIDs are 1..999, in topology files and injected at run time
@@ -235,6 +238,11 @@ class Node:
 
     def gpu(self, index: int) -> Gpu:
         return self.gpus[index]
+
+    @property
+    def dynamic_mig(self) -> bool:
+        """Its plugin runs with --dynamic-mig (every MIG GPU of the node says mig.dynamic)."""
+        return any(g.mig.dynamic for g in self.gpus)
 
 
 @dataclass(frozen=True)
