@@ -130,8 +130,12 @@ def fits(available: Mapping[str, int], consumptions: Iterable[Mapping[str, int]]
 
 
 def counters_json(counters: Mapping[str, int]) -> dict[str, dict[str, str]]:
-    """Counters as resource.k8s.io writes them: ``{name: {"value": "<quantity>"}}``."""
-    return {name: {"value": str(value)} for name, value in sorted(counters.items())}
+    """Counters as resource.k8s.io writes them: ``{name: {"value": "<quantity>"}}``, in the
+    canonical binary form the apiserver stores (``9984Mi``, as NVIDIA's BinarySI quantities),
+    so what was sent compares equal to what is stored and the pool does not flap."""
+    from .slices import quantity  # (slices imports this module)
+
+    return {name: {"value": quantity(value)} for name, value in sorted(counters.items())}
 
 
 def overlapping(a: Placement, b: Placement) -> bool:
