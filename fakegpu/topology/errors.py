@@ -8,6 +8,8 @@ from fakegpu.errors import InvalidInput, printable
 
 # A hostile file can hold tens of thousands of mistakes: print the first ones and a count.
 MAX_LINES = 20
+# Characters of one problem: a value echoed from a 1 MiB file must not make a 1 MiB line.
+MAX_MESSAGE = 400
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,10 @@ class Problem:
         # not break the one-line-per-problem contract: whitespace runs become one space,
         # anything else unprintable is escaped.
         text = f"{self.path}: {self.message}" if self.path else self.message
-        return f"{printable(source)}: {printable(' '.join(text.split()))}"
+        text = printable(" ".join(text.split()))
+        if len(text) > MAX_MESSAGE:
+            text = f"{text[:MAX_MESSAGE]}... ({len(text) - MAX_MESSAGE} more characters)"
+        return f"{printable(source)}: {text}"
 
 
 class TopologyError(InvalidInput):

@@ -10,7 +10,7 @@ import pytest
 
 from fakegpu.nvml import state
 from fakegpu.topology import yamlsafe
-from fakegpu.topology.errors import MAX_LINES, TopologyError
+from fakegpu.topology.errors import MAX_LINES, MAX_MESSAGE, TopologyError
 from fakegpu.topology.load import parse_topology
 from fakegpu.topology.model import MAX_NAME_BYTES
 from fakegpu.topology.yamlsafe import MAX_VALUES
@@ -195,3 +195,10 @@ def test_a_trailing_newline_is_not_a_valid_name(text: str, field: str) -> None:
 def test_topology_name_is_printable_text(name: str) -> None:
     # A NUL cut the state file's copy of the name short without a word.
     assert _one_line(f"name: {name}\n{NODES}").startswith("t.yaml: name: is ")
+
+
+def test_a_huge_echoed_value_makes_a_short_line() -> None:
+    line = _one_line(f"name: t\nnodes: [{{name: a, gpus: {{product: {'x' * 900_000}, "
+                     "count: 1}}]\n")
+    assert line.startswith("t.yaml: nodes[0].gpus.product: unknown product 'xxx")
+    assert len(line) < MAX_MESSAGE + 100 and line.endswith(" more characters)")
