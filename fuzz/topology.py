@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from any directory
 
 from fakegpu.nvml.state import Header, render_bytes  # noqa: E402
-from fakegpu.topology.errors import MAX_LINES, TopologyError  # noqa: E402
+from fakegpu.topology.errors import MAX_LINES, MAX_MESSAGE, TopologyError  # noqa: E402
 from fakegpu.topology.load import parse_bytes  # noqa: E402
 from fakegpu.topology.render import to_json, to_table  # noqa: E402
 
@@ -50,6 +50,7 @@ def check(data: bytes) -> None:
         assert 1 <= len(lines) <= MAX_LINES + 1, lines
         for line in lines:
             assert line.startswith("fuzz.yaml: ") and line.isprintable(), line
+            assert len(line) <= len("fuzz.yaml: ") + MAX_MESSAGE + 40, len(line)
         return
     names = [node.name for node in topology.nodes]
     assert len(names) == len(set(names)), names

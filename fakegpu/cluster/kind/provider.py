@@ -29,7 +29,7 @@ from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
 from fakegpu.deploy import manifests
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
-from fakegpu.topology.load import load_topology
+from fakegpu.topology.model import Topology
 
 DEFAULT_DRIVER = "gpu.fakegpu.dev"
 NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
@@ -158,20 +158,19 @@ class KindProvider:
                    "--nodes", ",".join(st.containers[w] for w in st.workers))
         st.save()
 
-    def _wait_slices(self, st: KindState) -> None:
-        want = {n.name: len(n.gpus) for n in load_topology(st.topology).nodes}
+    def _wait_slices(self, st: KindState, topo: Topology) -> None:
+        want = {n.name: len(n.gpus) for n in topo.nodes}
         # A plugin that started while kube-proxy was still settling backs off up to 60 s.
         wait_until("every worker's devices in ResourceSlices",
                    lambda: self._slice_devices(st) == want,
                    WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
-    def _nvml_copies(self, st: KindState) -> None:
+    def _nvml_copies(self, st: KindState, topo: Topology) -> None:
         """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), and check
         it is byte for byte what that node's plugin pod rendered: suites read GPU identities
         from it, so a difference would make them compare against the wrong machine."""
         from fakegpu.nvml import env as nvml_env
 
-        topo = load_topology(st.topology)
         with kubeapi.session(st.kubeconfig) as api:
             pods = kubeapi.pods(api, NAMESPACE)
         on_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods
@@ -398,6 +397,7 @@ class _Bringup:
         self.state = KindState(name=spec.name, k8s_version=spec.k8s_version,
                             topology=str(spec.topology_file), driver=provider.driver,
                             workers=[n.name for n in spec.topology.nodes])
+        self.topology = spec.topology
         self.docker: Path | None = None
 
     def actions(self) -> Sequence[Action]:
@@ -413,7 +413,8 @@ class _Bringup:
             Action("fakegpu chart", lambda: p._install_chart(st)),
             Action("nodes Ready", lambda: wait_until("every node Ready",
                                                      lambda: p._all_ready(st), p.policy)),
-            Action("ResourceSlices of every worker", lambda: p._wait_slices(st)),
+            Action("ResourceSlices of every worker",
+                   lambda: p._wait_slices(st, self.topology)),
             Action("NVML state copies for the suites", self._finish),
         ]
 
@@ -425,6 +426,6 @@ class _Bringup:
         return self.docker
 
     def _finish(self) -> None:
-        self.p._nvml_copies(self.state)
+        self.p._nvml_copies(self.state, self.topology)
         self.state.phase = "ready"
         self.state.save()
