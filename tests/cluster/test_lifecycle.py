@@ -9,6 +9,7 @@ test_embedded_up.py, a real embedded cluster failing after its kubelets started.
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
 TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _failed_logs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failed up copies logs to a new temporary directory: keep them in this test's own.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 class MemoryProvider:
