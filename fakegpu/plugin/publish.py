@@ -113,6 +113,7 @@ class SlicePublisher:
         self.synced = threading.Event()  # set after the first successful publish
         self.use_taints = True  # until the apiserver shows it drops them
         self._owner: dict[str, Any] | None = None
+        self.adopted: Mapping[str, Sequence[Taint]] = {}  # taints kept from published slices
         self._owner_warned = False
 
     def owner(self) -> dict[str, Any] | None:
@@ -138,6 +139,7 @@ class SlicePublisher:
         existing = self._kube.list_slices(self._driver, self._node)
         # Adopted taints last only while NVML still reports their fault (a cleared one goes).
         adopted = self._still_faulty(inventory, sticky_taints(self._driver, inventory, existing))
+        self.adopted = adopted  # what another instance published: health reports it too
         taints = merge_taints(adopted, self._health(inventory), keep_fatal=not self._nvidia)
         if self._kube.server_minor() < EFFECT_NONE_MINOR:
             taints = fatal_only(taints)

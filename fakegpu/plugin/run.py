@@ -16,11 +16,11 @@ from types import FrameType
 
 from fakegpu.errors import InvalidInput
 
-from . import discovery, names
+from . import discovery, healthsvc, names
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .kube import Kube
-from .publish import SlicePublisher
+from .publish import SlicePublisher, merge_taints
 from .server import PluginServers, SocketPaths, socket_alive, socket_paths
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,22 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
                                opts.rediscover_interval_s, health=health.taints,
                                nvidia_compatible=nvidia, still_faulty=health.still_faulty)
+    # The kubelet's health streams report the taints the slices carry (pod status, KEP-4680).
+    def statuses() -> list[healthsvc.DeviceStatus]:
+        inventory = devices.current()
+        taints = merge_taints(health.still_faulty(inventory, publisher.adopted),
+                              health.taints(inventory), keep_fatal=not nvidia)
+        return healthsvc.device_statuses(opts.driver_name, inventory, taints, nvidia)
+
+    streams = healthsvc.HealthStreams(opts.node_name, statuses)
+
+    def changed() -> None:
+        publisher.poke()
+        streams.wake()
+
     # Events wake the publisher at once; rediscovery every interval catches what NVML sends
     # no event for (MIG reconfiguration, a GPU that answers again).
-    watcher = EventWatcher(health, devices.current, publisher.poke)
+    watcher = EventWatcher(health, devices.current, changed)
     if opts.publish_slices:
         watcher.start()
         publisher.start()
@@ -97,7 +110,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    servers = PluginServers(driver, paths, opts.workers)
+    servers = PluginServers(driver, paths, opts.workers, streams)
     log.info("serving driver=%s node=%s registration=%s dra=%s state=%s",
              opts.driver_name, opts.node_name, paths.registration, paths.dra, state_dir)
     stop.wait()

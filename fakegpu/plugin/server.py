@@ -1,4 +1,5 @@
-"""The kubelet-facing gRPC servers: registration, and the DRA service in v1 and v1beta1.
+"""The kubelet-facing gRPC servers: registration, the DRA service in v1 and v1beta1, and
+(optional) DRAResourceHealth in v1 and v1alpha1 on the same socket.
 
 Thin adapters: protobuf <-> ``driver.Driver`` calls. Handlers are thread-safe because the
 driver is (file lock + checkpoint reload per call). A malformed request is INVALID_ARGUMENT;
@@ -11,7 +12,7 @@ import hashlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,9 @@ from typing import Any
 
 import grpc
 
-from . import names
+from . import healthsvc, names
 from .driver import Driver
+from .healthsvc import HealthStreams
 from .prepare import ClaimRef
 from .proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
 
@@ -78,15 +80,19 @@ def socket_alive(path: Path) -> bool:
 
 
 class RegistrationService:
-    def __init__(self, driver_name: str, endpoint: Path) -> None:
+    def __init__(self, driver_name: str, endpoint: Path,
+                 extra_versions: Sequence[str] = ()) -> None:
         self.driver_name = driver_name
         self.endpoint = endpoint
+        # Optional services served on the same socket (DRAResourceHealth), advertised after
+        # the DRA versions: the kubelet picks its DRA service from the known names only.
+        self.supported_versions = [*SUPPORTED_VERSIONS, *extra_versions]
         self.registered: bool | None = None  # what the kubelet last told us
 
     def get_info(self, request: Any, context: grpc.ServicerContext) -> Any:
         return pluginregistration_pb2.PluginInfo(
             type="DRAPlugin", name=self.driver_name, endpoint=str(self.endpoint),
-            supported_versions=list(SUPPORTED_VERSIONS))
+            supported_versions=list(self.supported_versions))
 
     def notify(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.registered = bool(request.plugin_registered)
@@ -188,11 +194,14 @@ def _listen(handlers: list[grpc.GenericRpcHandler[Any, Any]], path: Path,
 class PluginServers:
     """Both servers of one instance. Start DRA first: registration announces its endpoint."""
 
-    def __init__(self, driver: Driver, paths: SocketPaths, workers: int = 8) -> None:
+    def __init__(self, driver: Driver, paths: SocketPaths, workers: int = 8,
+                 health: HealthStreams | None = None) -> None:
         self.paths = paths
-        self.registration = RegistrationService(driver.cfg.driver, paths.dra)
-        self._dra = _listen([dra_handler(driver, "v1"), dra_handler(driver, "v1beta1")],
-                            paths.dra, workers)
+        self.registration = RegistrationService(
+            driver.cfg.driver, paths.dra, healthsvc.SUPPORTED_VERSIONS if health else ())
+        self._health = health
+        self._dra = _listen([dra_handler(driver, "v1"), dra_handler(driver, "v1beta1"),
+                             *(health.handlers() if health else ())], paths.dra, workers)
         try:
             self._reg = _listen([self.registration.handler()], paths.registration, 2)
         except BaseException:
@@ -203,6 +212,8 @@ class PluginServers:
         """Stop accepting, let in-flight calls finish (up to grace_s), remove our sockets."""
         reg_done = self._reg.stop(0)  # the kubelet stops routing to us first
         self.paths.registration.unlink(missing_ok=True)
+        if self._health is not None:
+            self._health.stop()  # health streams never finish by themselves
         self._dra.stop(grace_s).wait()
         reg_done.wait()
         self.paths.dra.unlink(missing_ok=True)

@@ -184,7 +184,9 @@ def test_two_instances_on_fake_gpus_and_real_apiserver(
                 stub = pluginregistration_pb2_grpc.RegistrationStub(ch)
                 info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=5)
                 assert info.endpoint == str(inst.dra)
-                assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+                assert list(info.supported_versions) == [
+                    "v1.DRAPlugin", "v1beta1.DRAPlugin",
+                    "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
                 stub.NotifyRegistrationStatus(
                     pluginregistration_pb2.RegistrationStatus(plugin_registered=True), timeout=5)
 
@@ -377,6 +379,61 @@ def test_nvml_events_taint_devices_at_once_and_prepared_claims_survive(
         assert inst.proc.wait(30) == 0
         assert pool.slices() == []
     finally:
+        inst.close()
+
+
+def test_device_health_streams_to_the_kubelet_from_nvml_faults(
+        short_tmp: Path, apiserver: Path) -> None:
+    """KEP-4680: the kubelet's NodeWatchResources stream (v1alpha1, what kubelets before 1.37
+    open) reports a GPU UNHEALTHY once a fault is injected and HEALTHY once it is cleared."""
+    import queue
+    import threading
+
+    from fakegpu.nvml import faults
+    from fakegpu.plugin.proto import dra_health_v1alpha1_pb2 as pb
+    from fakegpu.plugin.proto import dra_health_v1alpha1_pb2_grpc as pb_grpc
+
+    env, node, state_path = fake_node(short_tmp, "dgx-h100.yaml", 0)
+    inst = Instance(short_tmp, apiserver, env, node, "hs", rediscover_s=600)
+    reports: queue.Queue[dict[str, str]] = queue.Queue()
+    channel = grpc.insecure_channel(f"unix://{inst.dra}")
+    stream = pb_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+        pb.NodeWatchResourcesRequest(), timeout=120)
+
+    def read() -> None:
+        try:
+            for report in stream:
+                reports.put({d.device.device_name: pb.HealthStatus.Name(d.health)
+                             for d in report.devices if d.device.pool_name == node})
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def reported(want: Callable[[dict[str, str]], bool]) -> Callable[[], Any]:
+        def check() -> Any:
+            while not reports.empty():
+                got = reports.get_nowait()
+                if want(got):
+                    return got
+            return None
+        return check
+
+    try:
+        first = wait_for(reported(lambda r: len(r) == 8), "a full health report", inst.proc)
+        assert set(first.values()) == {"HEALTHY"}
+        wait_for(lambda: "watching NVML events" in (short_tmp / "hs.log").read_text(),
+                 "the event set", inst.proc)
+        faults.inject(state_path, 2, "xid", 48)
+        got = wait_for(reported(lambda r: r.get("gpu-2") == "UNHEALTHY"), "gpu-2 unhealthy",
+                       inst.proc)
+        assert {n for n, h in got.items() if h != "HEALTHY"} == {"gpu-2"}
+        faults.clear(state_path, 2)
+        wait_for(reported(lambda r: len(r) == 8 and set(r.values()) == {"HEALTHY"}),
+                 "gpu-2 healthy again", inst.proc)
+    finally:
+        stream.cancel()
+        channel.close()
         inst.close()
 
 
