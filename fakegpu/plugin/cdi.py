@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from fakegpu import fsutil
 
+from . import sharing
+
 if TYPE_CHECKING:
     from .prepare import ClaimPlan
 
@@ -47,7 +49,7 @@ def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
     if plan.admin_access:
         claim_env.append("DRA_ADMIN_ACCESS=true")
     devices = []
-    for alloc in plan.devices:
+    for index, alloc in enumerate(plan.devices):
         dev, prefix = alloc.device, f"FAKEGPU_DEVICE_{_env_name(alloc.device.name)}"
         devices.append({
             "name": f"{plan.ref.uid}-{dev.name}",
@@ -57,6 +59,8 @@ def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
                 f"{prefix}_PCI_BUS_ID={dev.pci_bus_id}",
                 f"{prefix}_TYPE={dev.type}",
                 f"{prefix}_REQUEST={alloc.request}",
+                *(sharing.env(prefix, alloc.sharing, index, dev.uuid)
+                  if alloc.sharing is not None else ()),
             ]},
         })
     return {"cdiVersion": CDI_VERSION, "kind": kind(driver),

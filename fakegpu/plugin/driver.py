@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from fakegpu.errors import FakegpuError
 
-from . import cdi, checkpoint, names
+from . import cdi, checkpoint, names, sharing
 from .checkpoint import PreparedClaim
 from .discovery import Inventory, carry_lost
 from .dynmig import DynamicMig
@@ -168,7 +168,8 @@ class Driver:
                 continue
             try:  # no lock held: apiserver latency must not serialize the node
                 fetched[ref.uid] = self._claims.get_claim(ref.namespace, ref.name)
-                plans[ref.uid] = self._realize(self._plan(fetched[ref.uid], ref))
+                plan = self._share(fetched[ref.uid], self._plan(fetched[ref.uid], ref))
+                plans[ref.uid] = self._realize(plan)
             except Exception as err:  # any failure (apiserver, allocation) is this claim's
                 results[ref.uid] = PrepareResult(None, str(err))
         if plans:
@@ -177,6 +178,21 @@ class Driver:
                 if results[uid].error:  # not prepared: its MIG instances go too
                     self._release(plan)
         return results
+
+    def _share(self, claim: dict[str, Any], plan: ClaimPlan) -> ClaimPlan:
+        """The sharing config of each device (class, then claim, per request): checked before
+        anything is made, so a bad one leaves nothing behind. Raises ClaimError."""
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        configs = (allocation.get("devices") or {}).get("config") or []
+        try:
+            parsed = sharing.parse(configs, self.cfg.driver,
+                                   sharing.group_version(self.cfg.driver))
+            return replace(plan, devices=tuple(
+                replace(d, sharing=sharing.select(parsed, d.request, d.device.type,
+                                                  d.device.name)) for d in plan.devices))
+        except sharing.ConfigError as err:
+            ref = plan.ref
+            raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: {err}") from err
 
     def _realize(self, plan: ClaimPlan) -> ClaimPlan:
         """Create the claim's dynamic MIG partitions; on a failure, destroy what this made."""

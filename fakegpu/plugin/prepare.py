@@ -14,6 +14,7 @@ from typing import Any
 from . import cdi
 from .checkpoint import PreparedClaim, PreparedDevice
 from .discovery import Device
+from .sharing import Sharing
 
 
 class ClaimError(Exception):
@@ -33,6 +34,7 @@ class AllocatedDevice:
     device: Device
     admin_access: bool
     share_id: str = ""
+    sharing: Sharing | None = None  # the config that applies (sharing.py); None: not looked at
 
 
 @dataclass(frozen=True)

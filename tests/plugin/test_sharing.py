@@ -1,0 +1,123 @@
+"""Sharing configs (fakegpu/plugin/sharing.py) and what prepare makes of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakegpu.plugin import sharing
+from fakegpu.plugin.driver import Devices, Driver, DriverConfig
+from fakegpu.plugin.prepare import ClaimRef
+
+from .helpers import DRIVER, NODE, ClaimStore, claim, inventory
+
+OWN = sharing.OWN_GROUP_VERSION
+
+
+def opaque(source: str, params: dict[str, Any], requests: list[str] | None = None,
+           driver: str = DRIVER) -> dict[str, Any]:
+    return {"source": source, **({"requests": requests} if requests else {}),
+            "opaque": {"driver": driver, "parameters": params}}
+
+
+def gpu_config(**sharing_: Any) -> dict[str, Any]:
+    return {"apiVersion": OWN, "kind": "GpuConfig", "sharing": sharing_}
+
+
+def test_claim_config_overrides_the_class_per_request() -> None:
+    configs = [
+        opaque("FromClaim", gpu_config(strategy="MPS", mpsConfig={
+            "defaultActiveThreadPercentage": 50}), ["b"]),
+        opaque("FromClass", gpu_config(strategy="TimeSlicing",
+                                       timeSlicingConfig={"interval": "Long"})),
+        opaque("FromClass", {"apiVersion": "x/v1", "kind": "Other"}, driver="other.dev"),
+    ]
+    parsed = sharing.parse(configs, DRIVER, OWN)
+    assert [c.where for c in parsed] == ["class config 1", "claim config 1"]
+    a = sharing.select(parsed, "a", "gpu", "gpu-0")
+    b = sharing.select(parsed, "b", "gpu", "gpu-1")
+    assert a == sharing.Sharing(strategy="TimeSlicing", interval="Long")
+    assert b is not None and (b.strategy, b.active_thread_percentage) == ("MPS", 50)
+    # A MIG device: the GpuConfig for every request does not fit its type, nothing applies.
+    assert sharing.select(parsed, "a", "mig", "gpu-0-mig-1g10gb-19-0") is None
+    assert sharing.select([], "a", "gpu", "gpu-0") is None
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"apiVersion": OWN, "kind": "GpuConfig", "sharing": {"strategy": "Sometimes"}},
+     "class config 1 (opaque.parameters).sharing.strategy: 'Sometimes'"),
+    (gpu_config(strategy="TimeSlicing", timeSlicingConfig={"interval": "Forever"}),
+     "sharing.timeSlicingConfig.interval: 'Forever' is not one of Default, Short"),
+    (gpu_config(strategy="MPS", mpsConfig={"defaultActiveThreadPercentage": 101}),
+     "sharing.mpsConfig.defaultActiveThreadPercentage: 101 must be an integer from 0 to 100"),
+    (gpu_config(strategy="MPS", mpsConfig={"defaultPinnedDeviceMemoryLimit": "lots"}),
+     "sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: 'lots' is not a quantity"),
+    ({"apiVersion": OWN, "kind": "TpuConfig"}, ".kind: 'TpuConfig' is not a kind"),
+    ({"apiVersion": sharing.NVIDIA_GROUP_VERSION, "kind": "GpuConfig"},
+     ".apiVersion: 'resource.nvidia.com/v1beta1', expected resource.fakegpu.dev/v1beta1"),
+    ({"apiVersion": OWN, "kind": "MigDeviceConfig",
+      "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}},
+     "sharing.timeSlicingConfig: unknown field"),
+    (gpu_config(strategy="TimeSlicing", sharpness=3), "sharing.sharpness: unknown field"),
+])
+def test_an_invalid_config_is_refused_naming_the_field(params: dict[str, Any],
+                                                        field: str) -> None:
+    with pytest.raises(sharing.ConfigError) as err:
+        sharing.parse([opaque("FromClass", params)], DRIVER, OWN)
+    assert field in str(err.value)
+
+
+def test_a_config_of_the_wrong_type_for_its_request_is_an_error() -> None:
+    parsed = sharing.parse([opaque("FromClaim", gpu_config(strategy="TimeSlicing"), ["m"])],
+                           DRIVER, OWN)
+    with pytest.raises(sharing.ConfigError, match="cannot apply GpuConfig to device "
+                                                  "gpu-0-mig-1g10gb-19-0 of type mig"):
+        sharing.select(parsed, "m", "mig", "gpu-0-mig-1g10gb-19-0")
+
+
+def test_env_shows_the_config() -> None:
+    mps = sharing.Sharing(strategy="MPS", active_thread_percentage=30,
+                          pinned_memory_limit="4Gi",
+                          per_device_pinned_memory_limit=(("GPU-b", "8Gi"),))
+    assert sharing.env("P", mps, 0, "GPU-a") == [
+        "P_SHARING_STRATEGY=MPS", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+        "P_MPS_ACTIVE_THREAD_PERCENTAGE=30", "P_MPS_PINNED_DEVICE_MEMORY_LIMIT=4Gi"]
+    assert sharing.env("P", mps, 1, "GPU-b")[-1] == "P_MPS_PINNED_DEVICE_MEMORY_LIMIT=8Gi"
+    assert sharing.env("P", sharing.Sharing(), 0, "GPU-a") == [
+        "P_SHARING_STRATEGY=TimeSlicing", "P_TIMESLICE_INTERVAL=Default"]
+
+
+def _driver(tmp_path: Path, store: ClaimStore) -> Driver:
+    (tmp_path / "cdi").mkdir()
+    return Driver(DriverConfig(driver=DRIVER, node=NODE, state_dir=tmp_path / "state",
+                               cdi_root=tmp_path / "cdi"), store, Devices(lambda: inventory()))
+
+
+def test_prepare_puts_the_config_into_the_containers_env_or_refuses_the_claim(
+        tmp_path: Path) -> None:
+    store = ClaimStore()
+    good = claim("good", "uid-good", ["gpu-0"])
+    good["status"]["allocation"]["devices"]["config"] = [
+        opaque("FromClass", gpu_config(strategy="TimeSlicing")),
+        opaque("FromClaim", gpu_config(strategy="TimeSlicing",
+                                       timeSlicingConfig={"interval": "Short"}), ["gpus"])]
+    bad = claim("bad", "uid-bad", ["gpu-1"])
+    bad["status"]["allocation"]["devices"]["config"] = [
+        opaque("FromClaim", gpu_config(strategy="MPS",
+                                       mpsConfig={"defaultActiveThreadPercentage": 150}))]
+    store.add(good)
+    store.add(bad)
+    driver = _driver(tmp_path, store)
+    results = driver.prepare([ClaimRef("default", "good", "uid-good"),
+                              ClaimRef("default", "bad", "uid-bad")])
+    assert results["uid-good"].error == ""
+    assert "ResourceClaim default/bad: claim config 1 (opaque.parameters).sharing.mpsConfig." \
+           "defaultActiveThreadPercentage: 150" in results["uid-bad"].error
+    spec = json.loads(next((tmp_path / "cdi").glob("*uid-good*.json")).read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert "FAKEGPU_DEVICE_GPU_0_SHARING_STRATEGY=TimeSlicing" in env
+    assert "FAKEGPU_DEVICE_GPU_0_TIMESLICE_INTERVAL=Short" in env  # the claim's wins
+    assert not list((tmp_path / "cdi").glob("*uid-bad*"))
