@@ -12,6 +12,8 @@ the scheduler's verdict on the pod, and the environment the container prints.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +38,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/partitioning.yaml"
 ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
 PRINT_ENV_AND_WAIT = ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"]
 SCHEDULER_CANNOT_ALLOCATE = "cannot allocate all claims"
+STATIC_NODE = "a100-mig"  # fixtures/partitioning.yaml: MIG devices made beforehand
+DYNAMIC_NODE = "h100-dyn"  # one H100 whose plugin runs with --dynamic-mig
 
 
 # --- what the API says ----------------------------------------------------------------------------
@@ -203,10 +207,11 @@ def test_a_gpu_in_mig_mode_is_not_offered_whole(
     resource_api: ResourceApi,
     namespace: str,
 ) -> None:
-    # The node has three GPUs, two in MIG mode: two whole GPUs cannot be had.
+    # The A100 node has three GPUs, two in MIG mode: two whole GPUs cannot be had (nor on the
+    # other node, whose one H100 is dynamic MIG: published whole and as partitions).
     driver = fakegpu_cluster.driver_name
-    whole = [d for (_, _), d in published_devices(resource_api, driver).items()
-             if d[f"{driver}/type"] == "gpu"]
+    whole = [d for (pool, _), d in published_devices(resource_api, driver).items()
+             if pool == STATIC_NODE and d[f"{driver}/type"] == "gpu"]
     assert len(whole) == 1, f"whole GPUs published: {whole}"
     request = resource_api.device_request("gpus", driver, count=2)
     resource_api.create("resourceclaimtemplates",
@@ -233,3 +238,115 @@ def test_a_gpu_in_mig_mode_is_not_offered_whole(
                   PodClaim("gpu", template="one"))
     [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
     assert visible(logged_env(core_v1, namespace, "modest")) == [device[f"{driver}/uuid"]]
+
+
+# --- dynamic MIG ----------------------------------------------------------------------------------
+
+
+def smi(info: ClusterInfo, node: str) -> str:
+    """`fakegpu smi` on a node of the cluster: what NVML there reports (MIG devices included)."""
+    out = subprocess.run([sys.executable, "-m", "fakegpu", "smi", "--cluster", info.name,
+                          "--provider", info.provider, "--node", node],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, f"fakegpu smi failed: {out.stderr[-800:]}"
+    return out.stdout
+
+
+def status_uuids(api: ResourceApi, namespace: str, pod: Any, pod_claim: str) -> list[str]:
+    """The MIG UUIDs the plugin wrote into the claim's status.devices at prepare."""
+    claim = api.claim(namespace, pod_claim_name(pod, pod_claim))
+    return [str((d.get("data") or {}).get("uuid"))
+            for d in (claim.get("status") or {}).get("devices") or []]
+
+
+def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    before = smi(fakegpu_cluster, DYNAMIC_NODE)
+    assert "MIG-" not in before, f"MIG devices exist before any claim:\n{before}"
+    seen: dict[str, str] = {}  # pod -> its MIG UUID
+    parents = set()
+    for name, profile in (("small", "1g.10gb"), ("big", "3g.40gb")):
+        resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+            name, mig_requests(resource_api, driver, [(profile, 1)])), namespace)
+        pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, name,
+                      PodClaim("mig", template=name))
+        assert pod.spec.node_name == DYNAMIC_NODE
+        [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
+        assert device[f"{driver}/profile"] == profile
+        assert f"{driver}/uuid" not in device  # a placement: it exists only once claimed
+        parents.add(device[f"{driver}/parentUUID"])
+        [uuid] = visible(logged_env(core_v1, namespace, name))
+        assert uuid.startswith("MIG-")
+        assert status_uuids(resource_api, namespace, pod, "mig") == [uuid]
+        seen[name] = uuid
+    assert len(parents) == 1
+    listed = smi(fakegpu_cluster, DYNAMIC_NODE)
+    for name, uuid in seen.items():
+        assert uuid in listed, f"NVML on {DYNAMIC_NODE} does not list {name}'s {uuid}:\n{listed}"
+
+    for name in seen:
+        core_v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    for name in seen:
+        k8s.wait_pod_gone(core_v1, namespace, name)
+
+    def destroyed() -> None:
+        now = smi(fakegpu_cluster, DYNAMIC_NODE)
+        left = [u for u in seen.values() if u in now]
+        if left:
+            raise NotYet(f"still in NVML: {left}")
+
+    wait_for(destroyed, what="the pods' MIG devices to be destroyed", timeout=120)
+
+
+def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "one-1g", mig_requests(resource_api, driver, [("1g.10gb", 1)])), namespace)
+    names = [f"p{i}" for i in range(8)]
+    for name in names:
+        core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+            name, fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+            [PodClaim("mig", template="one-1g")]))
+
+    def seven_and_one() -> tuple[list[str], str]:
+        running, refused = [], []
+        for name in names:
+            pod: Any = k8s.read_pod(core_v1, namespace, name)
+            cond = k8s.pod_condition(pod, "PodScheduled")
+            if pod.status.phase == "Running":
+                running.append(name)
+            elif cond is not None and cond.status == "False" and \
+                    SCHEDULER_CANNOT_ALLOCATE in (cond.message or ""):
+                refused.append(name)
+        if len(running) != 7 or len(refused) != 1:
+            raise NotYet(f"running {running}, refused {refused}")
+        return running, refused[0]
+
+    running, waiting = wait_for(seven_and_one, what="seven 1g pods running, one refused",
+                                timeout=300)
+    uuids: dict[str, str] = {}
+    for name in running:
+        pod: Any = k8s.read_pod(core_v1, namespace, name)
+        [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
+        assert device["name"].startswith("gpu-0-mig-1g10gb-19-"), device["name"]
+        [uuids[name]] = visible(logged_env(core_v1, namespace, name))
+    assert len(set(uuids.values())) == 7 and all(u.startswith("MIG-") for u in uuids.values())
+
+    core_v1.delete_namespaced_pod(running[0], namespace, grace_period_seconds=0)
+    k8s.wait_pod_gone(core_v1, namespace, running[0])
+    pod = k8s.wait_pod_running(core_v1, namespace, waiting, timeout=300)
+    [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
+    assert device[f"{driver}/profile"] == "1g.10gb"
+    [uuid] = visible(logged_env(core_v1, namespace, waiting))
+    # A MIG device of its own: none of the six still running has it.
+    assert uuid.startswith("MIG-") and uuid not in [uuids[n] for n in running[1:]]
