@@ -268,7 +268,9 @@ def _clique(handle: Any) -> tuple[str, str]:
     def query() -> tuple[str, str]:
         info = pynvml.c_nvmlGpuFabricInfo_t()
         pynvml.nvmlDeviceGetGpuFabricInfo(handle, pynvml.byref(info))
-        if int(info.state) != _FABRIC_COMPLETED:
+        # An all-zero cluster UUID: NVLink through the node's own NVSwitches, no multi-node
+        # fabric, so no clique (as NVIDIA's driver reads it).
+        if int(info.state) != _FABRIC_COMPLETED or not any(bytes(info.clusterUuid)):
             return "", ""
         cluster = bytes(info.clusterUuid).hex()
         uuid = f"{cluster[:8]}-{cluster[8:12]}-{cluster[12:16]}-{cluster[16:20]}-{cluster[20:]}"

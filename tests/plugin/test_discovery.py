@@ -125,6 +125,16 @@ def test_addressing_mode_is_what_nvml_answers_for_gpus_and_their_mig_devices(
         assert d["addressing_mode"] == names.get(nvml, ""), d["name"]
 
 
+def test_an_nvswitch_node_has_no_clique(tmp_path: Path) -> None:
+    """NVSwitch systems report a completed fabric with an all-zero cluster UUID (issue 15):
+    no clique, no fabric attribute; a multi-node fabric keeps its clique."""
+    _path, environ = _fake_node(tmp_path, "dgx-h100.yaml", "dgx-h100-0")
+    assert {(d["clique_id"], d["fabric"]) for d in _discover(environ)["devices"]} == {("", "")}
+    _path, environ = _fake_node(tmp_path, "gb200-mini.yaml", "gb200-0")
+    assert all(d["clique_id"].endswith(".1") and d["fabric"]
+               for d in _discover(environ)["devices"])
+
+
 GB200_MIG = """
 name: gb200-mig
 driver: {version: "580.95.05", cuda_version: "13.0"}
