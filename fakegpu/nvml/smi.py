@@ -88,7 +88,10 @@ def view(state_path: Path) -> str:
             power = _try(n.nvmlDeviceGetPowerUsage, h, default=None)
             fabric = "-"
             info = n.c_nvmlGpuFabricInfo_v2_t()
-            if _try(n.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info)) is not None:
+            answered = _try(n.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info)) is not None
+            if answered and not any(bytes(info.clusterUuid)):
+                fabric = "node NVSwitches (no cluster)"
+            elif answered:
                 cluster = bytes(info.clusterUuid).hex()
                 fabric = (f"{cluster[:8]}-{cluster[8:12]}-{cluster[12:16]}-{cluster[16:20]}-"
                           f"{cluster[20:]}.{info.cliqueId}")
