@@ -41,10 +41,17 @@ class Install:
         """mig.<driver domain>: mig.fakegpu.dev, mig.nvidia.com (the chart's migClassName)."""
         return "mig." + self.driver.removeprefix("gpu.")
 
+    @property
+    def extended_resource(self) -> str:
+        """<driver domain>/gpu: fakegpu.dev/gpu, nvidia.com/gpu (the chart's
+        extendedResourceName): what ``limits`` name to get a whole GPU through DRA."""
+        return self.driver.removeprefix("gpu.") + "/gpu"
+
     def placeholders(self) -> dict[str, str]:
         return {"NAME": self.name, "NAMESPACE": self.namespace,
                 "SERVICE_ACCOUNT": self.service_account, "DRIVER": self.driver,
-                "MIG_CLASS": self.mig_class, "RESOURCE_API": self.resource_api}
+                "MIG_CLASS": self.mig_class, "EXTENDED_RESOURCE": self.extended_resource,
+                "RESOURCE_API": self.resource_api}
 
 
 def files() -> list[Traversable]:

@@ -111,8 +111,15 @@ class ResourceApi:
     # --- builders at this API version ----------------------------------------------------------
 
     def device_request(self, name: str, device_class: str, *, count: int = 1,
-                       cel: Sequence[str] = ()) -> dict[str, Any]:
-        return device_request(self.version, name, device_class, count=count, cel=cel)
+                       cel: Sequence[str] = (),
+                       tolerations: Sequence[Mapping[str, Any]] = (),
+                       admin_access: bool = False) -> dict[str, Any]:
+        return device_request(self.version, name, device_class, count=count, cel=cel,
+                              tolerations=tolerations, admin_access=admin_access)
+
+    def first_available(self, name: str, subrequests: Sequence[Mapping[str, Any]]
+                        ) -> dict[str, Any]:
+        return first_available(self.version, name, subrequests)
 
     def claim_template(self, name: str, requests: Sequence[Mapping[str, Any]], *,
                        constraints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -146,15 +153,76 @@ def match_attribute(attribute: str, requests: Sequence[str] = ()) -> dict[str, A
 
 
 def device_request(version: str, name: str, device_class: str, *, count: int = 1,
-                   cel: Sequence[str] = ()) -> dict[str, Any]:
-    """A request for exactly ``count`` devices of ``device_class`` matching every CEL selector."""
+                   cel: Sequence[str] = (), tolerations: Sequence[Mapping[str, Any]] = (),
+                   admin_access: bool = False) -> dict[str, Any]:
+    """A request for exactly ``count`` devices of ``device_class`` matching every CEL selector,
+    tolerating ``tolerations`` (see ``toleration``), with ``adminAccess`` when asked."""
+    spec = _exact(device_class, count, cel, tolerations)
+    if admin_access:
+        spec["adminAccess"] = True
+    if version == "v1beta1" or version.startswith("v1alpha"):
+        return {"name": name, **spec}
+    return {"name": name, "exactly": spec}
+
+
+def _exact(device_class: str, count: int, cel: Sequence[str],
+           tolerations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     spec: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount",
                             "count": count}
     if cel:
         spec["selectors"] = [{"cel": {"expression": expr}} for expr in cel]
-    if version == "v1beta1" or version.startswith("v1alpha"):
-        return {"name": name, **spec}
-    return {"name": name, "exactly": spec}
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    return spec
+
+
+def subrequest(name: str, device_class: str, *, count: int = 1, cel: Sequence[str] = (),
+               tolerations: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One alternative of a ``firstAvailable`` request (the same shape in every version)."""
+    return {"name": name, **_exact(device_class, count, cel, tolerations)}
+
+
+def first_available(version: str, name: str, subrequests: Sequence[Mapping[str, Any]]
+                    ) -> dict[str, Any]:
+    """A request satisfied by the first of ``subrequests`` that can be (DRAPrioritizedList);
+    the allocation names the one chosen as ``<request>/<subrequest>``."""
+    return {"name": name, "firstAvailable": [dict(s) for s in subrequests]}
+
+
+def toleration(key: str, effect: str | None = None, *, value: str | None = None
+               ) -> dict[str, Any]:
+    """A device toleration: ``Exists`` on ``key`` (``Equal`` with ``value``), for one effect
+    or, without ``effect``, for all."""
+    out: dict[str, Any] = {"key": key, "operator": "Equal" if value is not None else "Exists"}
+    if value is not None:
+        out["value"] = value
+    if effect is not None:
+        out["effect"] = effect
+    return out
+
+
+def cel_match(driver: str, attribute: str, value: str | int | bool) -> str:
+    """CEL: the device's ``<driver>`` attribute ``attribute`` equals ``value``."""
+    if isinstance(value, bool):
+        literal = "true" if value else "false"
+    elif isinstance(value, str):
+        literal = cel_string(value)
+    else:
+        literal = str(value)
+    return f"device.attributes[{cel_string(driver)}].{attribute} == {literal}"
+
+
+def slice_device(slices: Sequence[Mapping[str, Any]], pool: str, device: str
+                 ) -> dict[str, Any] | None:
+    """The published entry of ``device`` in pool ``pool`` (v1beta1's ``basic`` flattened)."""
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        if (spec.get("pool") or {}).get("name") != pool:
+            continue
+        for entry in spec.get("devices") or []:
+            if entry.get("name") == device:
+                return {"name": device, **entry.get("basic", entry)}
+    return None
 
 
 def cel_string(value: str) -> str:
@@ -227,3 +295,36 @@ def allocated_node(claim: Mapping[str, Any]) -> str | None:
             if field.get("key") == "metadata.name" and field.get("values"):
                 return str(field["values"][0])
     return None
+
+
+def attribute_value(device: Mapping[str, Any], name: str) -> Any:
+    """The value of a slice device's attribute ``name`` (unqualified or ``<driver>/name``),
+    whatever its type (``string``, ``int``, ``bool``, ``version``); None when absent. In
+    v1beta1 the device's fields sit under ``basic``."""
+    fields = device.get("basic") or device
+    attributes = fields.get("attributes") or {}
+    found = attributes.get(name)
+    if found is None and "/" in name:
+        found = attributes.get(name.split("/", 1)[1])
+    if not found:
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if kind in found:
+            return found[kind]
+    return None
+
+
+def published_device(api: ResourceApi, driver: str, pool: str, device: str
+                     ) -> dict[str, Any]:
+    """The device ``device`` of ``driver``'s pool ``pool`` as its ResourceSlices publish it
+    (the newest generation of the pool); raises when no slice holds it."""
+    slices = [s for s in api.slices(driver) if s["spec"]["pool"]["name"] == pool]
+    newest = max((s["spec"]["pool"]["generation"] for s in slices), default=None)
+    for s in slices:
+        if s["spec"]["pool"]["generation"] != newest:
+            continue
+        for entry in s["spec"].get("devices") or ():
+            if entry.get("name") == device:
+                return dict(entry)
+    raise FakegpuError(f"no ResourceSlice of driver {driver} publishes device {device} "
+                       f"in pool {pool}")

@@ -7,6 +7,8 @@ where the node's plugin and pods see it (``fakegpu.cluster.nodenvml``).
 
 from __future__ import annotations
 
+import re
+
 from fakegpu.cluster import nodenvml
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.errors import FakegpuError
@@ -41,3 +43,17 @@ def clear(cluster: ClusterInfo, node: str, gpu: int, kind: str | None = None,
 def smi(cluster: ClusterInfo, node: str) -> str:
     """The node's ``fakegpu smi`` view, read through NVML where the node's plugin reads it."""
     return _run(cluster, node, ["smi"])
+
+
+_GPU_LINE = re.compile(r"^\s*(\d+)\s.*\s(GPU-[0-9a-fA-F-]+)\s*$")
+
+
+def gpu_index(cluster: ClusterInfo, node: str, uuid: str) -> int:
+    """The NVML index (what ``inject`` takes) of the GPU with ``uuid`` on ``node``: what a pod
+    sees (``NVIDIA_VISIBLE_DEVICES``) or a slice publishes (``uuid``), looked up in ``smi``."""
+    view = smi(cluster, node)
+    for line in view.splitlines():
+        m = _GPU_LINE.match(line)
+        if m and m.group(2) == uuid:
+            return int(m.group(1))
+    raise FaultCommandFailed(f"node {node} of {cluster.name} has no GPU {uuid}:\n{view}")

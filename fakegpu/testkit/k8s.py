@@ -6,6 +6,7 @@ from one process and nothing is read from the environment at import time.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,12 @@ def delete_namespace(core: kclient.CoreV1Api, name: str, *, timeout: float = 180
 # --- pods ---------------------------------------------------------------------------------------
 
 
+def create_pod(core: kclient.CoreV1Api, namespace: str, manifest: Mapping[str, Any]) -> Any:
+    """Create a pod from a plain manifest (``dra.pod_manifest``)."""
+    body: Any = dict(manifest)  # the client takes dicts as they are, whatever its stubs say
+    return core.create_namespaced_pod(namespace, body)
+
+
 def read_pod(core: kclient.CoreV1Api, namespace: str, name: str) -> Any:
     return core.read_namespaced_pod(name, namespace)
 
@@ -170,6 +177,62 @@ def wait_pod_gone(
 
     wait_for(gone, what=f"pod {namespace}/{name} to be deleted", timeout=timeout,
              transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+def pod_json(core: kclient.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
+    """The pod as the apiserver sends it (fields newer than the client's models included)."""
+    resp: Any = core.read_namespaced_pod(name, namespace, _preload_content=False)
+    return dict(json.loads(resp.data))
+
+
+def device_health(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Resource ID -> health (Healthy, Unhealthy, Unknown) of every device the pod's containers
+    were allocated, from ``status.containerStatuses[].allocatedResourcesStatus`` (the kubelet
+    fills it from the driver's DRAResourceHealth stream, KEP-4680). The ID is the device's
+    first CDI device ID, or ``<driver>/<pool>/<device>`` when it has none."""
+    out: dict[str, str] = {}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for entry in cs.get("allocatedResourcesStatus") or []:
+            for res in entry.get("resources") or []:
+                out[str(res.get("resourceID"))] = str(res.get("health"))
+    return out
+
+
+def wait_device_health(core: kclient.CoreV1Api, namespace: str, name: str, health: str,
+                       resource_id: str | None = None, *, timeout: float = 120.0
+                       ) -> dict[str, Any]:
+    """Wait until the pod's status shows ``health`` for ``resource_id`` (None: for every
+    allocated device, at least one); return the pod."""
+
+    def shows() -> dict[str, Any]:
+        pod = pod_json(core, namespace, name)
+        seen = device_health(pod)
+        wanted = [seen.get(resource_id)] if resource_id is not None else list(seen.values())
+        if not wanted or any(h != health for h in wanted):
+            raise NotYet(f"allocated resources' health: {seen}")
+        return pod
+
+    return wait_for(shows, what=f"pod {namespace}/{name} to show {resource_id or 'its devices'} "
+                              f"{health}",
+                    timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,
+               involved: str | None = None, timeout: float = 120.0) -> Any:
+    """Wait for an event of ``reason`` in ``namespace`` (about object ``involved``, if given);
+    return the first one."""
+
+    def seen() -> Any:
+        events = core.list_namespaced_event(namespace).items
+        for ev in events:
+            if ev.reason == reason and (involved is None
+                                        or ev.involved_object.name == involved):
+                return ev
+        raise NotYet("events: " + ", ".join(sorted({f"{e.reason}({e.involved_object.name})"
+                                                      for e in events})))
+
+    return wait_for(seen, what=f"event {reason} in {namespace}", timeout=timeout,
+                    transient=_TRANSIENT, is_transient=is_transient_api_error)
 
 
 def pod_log(core: kclient.CoreV1Api, namespace: str, name: str,

@@ -32,6 +32,10 @@ def test_every_placeholder_is_filled(driver: str, mig: str) -> None:
     assert "${" not in yaml.safe_dump_all(objs)
     classes = {c["metadata"]["name"]: c for c in objs if c["kind"] == "DeviceClass"}
     assert set(classes) == {driver, mig}
+    # DRAExtendedResource: limits of <driver domain>/gpu (nvidia.com/gpu) get whole GPUs.
+    assert classes[driver]["spec"]["extendedResourceName"] == \
+        driver.removeprefix("gpu.") + "/gpu"
+    assert "extendedResourceName" not in classes[mig]["spec"]
     assert {c["apiVersion"] for c in classes.values()} == {"resource.k8s.io/v1beta2"}
     (role,) = [o for o in objs if o["kind"] == "ClusterRole"]
     (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]

@@ -41,6 +41,12 @@ gpu.fakegpu.dev
 {{- printf "mig.%s" (regexReplaceAll "^gpu\\." $driver "") -}}
 {{- end -}}
 
+{{/* The GPU DeviceClass's extended resource name (DRAExtendedResource): <driver domain>/gpu. */}}
+{{- define "fakegpu.extendedResourceName" -}}
+{{- $driver := include "fakegpu.driverName" . -}}
+{{- printf "%s/gpu" (regexReplaceAll "^gpu\\." $driver "") -}}
+{{- end -}}
+
 {{/*
 The resource.k8s.io version to write DeviceClasses with: the value, else the newest the
 cluster serves. `helm template` without a cluster knows the versions of Helm's own client
@@ -78,7 +84,8 @@ fails the render.
       "${NAMESPACE}" $root.Release.Namespace
       "${SERVICE_ACCOUNT}" (include "fakegpu.serviceAccountName" $root)
       "${DRIVER}" (include "fakegpu.driverName" $root)
-      "${MIG_CLASS}" (include "fakegpu.migClassName" $root) -}}
+      "${MIG_CLASS}" (include "fakegpu.migClassName" $root)
+      "${EXTENDED_RESOURCE}" (include "fakegpu.extendedResourceName" $root) -}}
 {{- if contains "${RESOURCE_API}" $text -}}
 {{- $_ := set $values "${RESOURCE_API}" (include "fakegpu.resourceApiVersion" $root) -}}
 {{- end -}}
