@@ -71,6 +71,12 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
         f"{OWN_DOMAIN}/minor": {"int": device.minor},
         f"{OWN_DOMAIN}/nvlinkPeers": {"int": device.nvlink_peers},
     }
+    # NVIDIA's NVML index (what CUDA_VISIBLE_DEVICES and `nvidia-smi -i` count) and minor: a
+    # GPU's own, a MIG device's parent's (NVIDIA's `parentIndex`), so selectors on them work.
+    if device.index >= 0:
+        attrs["parentIndex" if device.type == "mig" else "index"] = {"int": device.index}
+    if device.type == "gpu":
+        attrs["minor"] = {"int": device.minor}
     if device.uuid:  # a dynamic MIG partition has none until it is created (NVIDIA's has none)
         attrs["uuid"] = {"string": device.uuid}
     if inventory.cuda_driver_version:

@@ -225,3 +225,15 @@ def test_same_devices_sees_a_taint_go_away() -> None:
                                                             {"gpu-0": [xid]}))
     assert not slices.same_devices(tainted, slices.build_slices(DRIVER, NODE, inventory(2),
                                                                 "v1", 0))
+
+
+def test_nvidia_index_and_minor_attributes() -> None:
+    # NVIDIA's driver publishes a GPU's NVML `index` and `minor`, and a MIG device's GPU as
+    # `parentIndex` (issue 13: selectors on `index` must work).
+    whole = dataclasses.replace(gpu(3), index=1)
+    attrs = slices.device_attributes(whole, inventory(1))
+    assert attrs["index"] == {"int": 1} and attrs["minor"] == {"int": 3}
+    part = dataclasses.replace(mig(2, 14, 4, 2), index=2)
+    attrs = slices.device_attributes(part, inventory(1))
+    assert attrs["parentIndex"] == {"int": 2}
+    assert "index" not in attrs and "minor" not in attrs
