@@ -17,6 +17,8 @@ from types import FrameType
 from fakegpu.errors import InvalidInput
 
 from . import discovery, healthsvc, names
+from .checkpoint import Records
+from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .kube import Kube
@@ -90,10 +92,14 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
         return healthsvc.device_statuses(opts.driver_name, inventory, taints, nvidia)
 
     streams = healthsvc.HealthStreams(opts.node_name, statuses)
+    # The same health as conditions on each prepared claim's device status entries.
+    conditions = ClaimConditions(kube, Records(state_dir), opts.driver_name, opts.node_name,
+                                 statuses)
 
     def changed() -> None:
         publisher.poke()
         streams.wake()
+        conditions.wake()
 
     # Events wake the publisher at once; rediscovery every interval catches what NVML sends
     # no event for (MIG reconfiguration, a GPU that answers again).
@@ -101,6 +107,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if opts.publish_slices:
         watcher.start()
         publisher.start()
+    if opts.write_status:
+        conditions.start()
     stop = stop or threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -117,6 +125,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     servers.stop(opts.grace_period_s)
     driver.close()
     publisher.stop()
+    if opts.write_status:
+        conditions.stop()
     if opts.publish_slices:
         watcher.stop()
     if opts.publish_slices:

@@ -385,7 +385,8 @@ def test_nvml_events_taint_devices_at_once_and_prepared_claims_survive(
 def test_device_health_streams_to_the_kubelet_from_nvml_faults(
         short_tmp: Path, apiserver: Path) -> None:
     """KEP-4680: the kubelet's NodeWatchResources stream (v1alpha1, what kubelets before 1.37
-    open) reports a GPU UNHEALTHY once a fault is injected and HEALTHY once it is cleared."""
+    open) reports a GPU UNHEALTHY once a fault is injected and HEALTHY once it is cleared; the
+    claim prepared on it shows the same in its device status conditions."""
     import queue
     import threading
 
@@ -419,18 +420,41 @@ def test_device_health_streams_to_the_kubelet_from_nvml_faults(
             return None
         return check
 
+    from kubernetes import client, config
+
+    pool = Pool(apiserver, node)
+    client.CoreV1Api(config.new_client_from_config(str(apiserver))).create_namespace(
+        {"metadata": {"name": "hs"}})
+
+    def healthy_condition() -> str:
+        [entry] = pool.objects.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", "hs", "resourceclaims", "on-gpu-2")["status"]["devices"]
+        found = {c["type"]: c["status"] for c in entry.get("conditions") or []}
+        return found.get("Healthy", "") if found.get("Ready") == "True" else ""
+
     try:
         first = wait_for(reported(lambda r: len(r) == 8), "a full health report", inst.proc)
         assert set(first.values()) == {"HEALTHY"}
+        # A claim prepared on gpu-2: its device status gets Ready and Healthy conditions.
+        uid = allocate(pool.objects, "hs", "on-gpu-2", node, "gpu-2")
+        dra = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{inst.dra}"))
+        r = dra.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=[
+            dra_v1_pb2.Claim(namespace="hs", name="on-gpu-2", uid=uid)]), timeout=10)
+        assert r.claims[uid].error == ""
+        wait_for(lambda: healthy_condition() == "True", "claim conditions", inst.proc)
         wait_for(lambda: "watching NVML events" in (short_tmp / "hs.log").read_text(),
                  "the event set", inst.proc)
         faults.inject(state_path, 2, "xid", 48)
         got = wait_for(reported(lambda r: r.get("gpu-2") == "UNHEALTHY"), "gpu-2 unhealthy",
                        inst.proc)
         assert {n for n, h in got.items() if h != "HEALTHY"} == {"gpu-2"}
+        wait_for(lambda: healthy_condition() == "False", "claim condition Healthy=False",
+                 inst.proc)
         faults.clear(state_path, 2)
         wait_for(reported(lambda r: len(r) == 8 and set(r.values()) == {"HEALTHY"}),
                  "gpu-2 healthy again", inst.proc)
+        wait_for(lambda: healthy_condition() == "True", "claim condition Healthy=True",
+                 inst.proc)
     finally:
         stream.cancel()
         channel.close()
