@@ -310,9 +310,27 @@ class EventWatcher:
         try:
             self._watch()
         except pynvml.NVMLError as err:  # health is an extra: the plugin keeps serving
-            log.warning("NVML events unavailable, relying on periodic rediscovery: %s", err)
+            log.warning("NVML events unavailable, reading GPU state only: %s", err)
+            self.ready.set()
+            self._poll_only()
         finally:
             self.ready.set()
+
+    def _poll_only(self) -> None:
+        """Without events, faults are still seen (and lifted) from the GPUs' state."""
+        try:
+            with discovery.nvml_lock:
+                pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            log.warning("cannot read GPU state either: %s", err)
+            return
+        try:
+            while not self._stop.is_set():
+                self.poll()
+                self._stop.wait(WAIT_MS / 1000)
+        finally:
+            with discovery.nvml_lock:
+                pynvml.nvmlShutdown()
 
     def _register(self, event_set: Any) -> dict[int, str]:
         """Register every answering GPU; handle address -> GPU UUID (an event's device may be

@@ -31,6 +31,11 @@ from fakegpu.wait import NotYet, WaitTimeout, wait_for
 
 path, mode, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 nvidia = mode == "nvidia"
+if mode == "noevents":  # a library without event sets (NVML answers NOT_SUPPORTED)
+    import pynvml
+    def unsupported():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    pynvml.nvmlEventSetCreate = unsupported
 inventory = discovery.discover(nvidia)
 h = health.Health("gpu.fakegpu.dev", nvidia)
 w = health.EventWatcher(h, lambda: inventory, lambda: None)
@@ -89,8 +94,19 @@ NVIDIA_STEPS: list[tuple[str, int, str | None, int | None, dict[str, Any]]] = [
 ]
 
 
+# Without events, what the GPUs' state shows still taints and lifts (an XID is only an event).
+NO_EVENT_STEPS: list[tuple[str, int, str | None, int | None, dict[str, Any]]] = [
+    ("inject", 1, "ecc-dbe", None, {"gpu-1": [["ecc", "dbe", NS]]}),
+    ("inject", 2, "nvlink-down", 3, {"gpu-1": [["ecc", "dbe", NS]],
+                                     "gpu-2": [["nvlink-down", "3", NS]]}),
+    ("clear", 1, None, None, {"gpu-2": [["nvlink-down", "3", NS]]}),
+    ("clear", 2, None, None, {}),
+]
+
+
 @pytest.mark.parametrize(("mode", "steps"), [("fakegpu", FAKEGPU_STEPS),
-                                             ("nvidia", NVIDIA_STEPS)])
+                                             ("nvidia", NVIDIA_STEPS),
+                                             ("noevents", NO_EVENT_STEPS)])
 def test_each_fault_taints_and_clearing_lifts_it(
         tmp_path: Path, mode: str, steps: list[tuple[str, int, str | None, int | None,
                                                      dict[str, Any]]]) -> None:
