@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "placement of every MIG profile (partitionable devices sharing a "
                           "counter set), and create the MIG device when a claim is prepared "
                           "(needs DRAPartitionableDevices)")
+    run.add_argument("--shared-gpus", default="", metavar="MINORS",
+                     help="comma-separated GPU minors to publish for several claims at once, "
+                          "each taking a share of the memory (DRAConsumableCapacity)")
     run.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
     run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
@@ -87,7 +90,20 @@ def _run(args: argparse.Namespace) -> int:
         kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
         state_dir=args.state_dir, write_status=args.write_status,
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
-        grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig))
+        grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig,
+        shared_gpus=_minors(args.shared_gpus)))
+
+
+def _minors(text: str) -> frozenset[int]:
+    """``--shared-gpus``: "0,3" -> {0, 3}; anything else is bad input (exit 2)."""
+    try:
+        minors = frozenset(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise InvalidInput(f"--shared-gpus: {text!r} is not a comma-separated list of GPU "
+                           "minors") from None
+    if any(m < 0 for m in minors):
+        raise InvalidInput(f"--shared-gpus: {text!r}: minors are not negative")
+    return minors
 
 
 def _deviceclass(args: argparse.Namespace) -> int:

@@ -415,8 +415,10 @@ class EmbeddedProvider:
                 server=st.server, ca=st.cp_dir / "pki" / "ca.crt", cluster=st.name)
         # The topology's per-node plugin mode: NVIDIA's DynamicMIG (mig.dynamic).
         node = load_topology(Path(st.topology)).node(lay.name)
-        rec = nodemod.start_plugin(lay, st.driver, env,
-                                   extra_args=["--dynamic-mig"] if node.dynamic_mig else [])
+        args = ["--dynamic-mig"] if node.dynamic_mig else []
+        if node.shared_minors:  # GPUs shared by memory (the GPU field `shared`)
+            args.append("--shared-gpus=" + ",".join(map(str, node.shared_minors)))
+        rec = nodemod.start_plugin(lay, st.driver, env, extra_args=args)
         st.processes[rec.name] = rec
         st.save()
 

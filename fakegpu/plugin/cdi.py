@@ -59,6 +59,7 @@ def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
                 f"{prefix}_PCI_BUS_ID={dev.pci_bus_id}",
                 f"{prefix}_TYPE={dev.type}",
                 f"{prefix}_REQUEST={alloc.request}",
+                *([f"{prefix}_SHARE_ID={alloc.share_id}"] if alloc.share_id else ()),
                 *(sharing.env(prefix, alloc.sharing, index, dev.uuid)
                   if alloc.sharing is not None else ()),
             ]},

@@ -145,6 +145,8 @@ class Device:
     # CounterSet (gpu-<minor>-counter-set); empty for every other device. A partition that
     # does not exist yet has no uuid and gi_id/ci_id -1.
     consumes: tuple[tuple[str, int], ...] = ()
+    # Several claims may share this whole GPU by memory (DRAConsumableCapacity, --shared-gpus).
+    shared: bool = False
 
     @property
     def partition(self) -> bool:
@@ -395,7 +397,8 @@ def _mig_devices(parent: Device, handle: Any, nvidia: bool) -> list[Device] | No
     return found
 
 
-def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False) -> Inventory:
+def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False,
+             shared_minors: frozenset[int] = frozenset()) -> Inventory:
     """Ask NVML for every GPU (and MIG device). Raises MissingPrerequisite without NVML.
 
     ``nvidia_compatible``: MIG profiles named as NVIDIA's driver computes them, and MIG
@@ -403,16 +406,23 @@ def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False) -> Inve
     ``dynamic_mig`` (NVIDIA's DynamicMIG feature gate): every GPU that supports MIG is
     published whole and as every placement of every profile, with a CounterSet
     (``_dynamic_devices``); its existing MIG devices are not published (the plugin made them
-    for prepared claims)."""
+    for prepared claims). ``shared_minors``: whole GPUs published for several claims at once,
+    by memory (``Device.shared``)."""
     with nvml_lock:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
             raise MissingPrerequisite(f"cannot initialise NVML (libnvidia-ml.so.1): {err}") from err
         try:
-            return _discover_locked(nvidia_compatible, dynamic_mig)
+            inventory = _discover_locked(nvidia_compatible, dynamic_mig)
         finally:
             _optional(pynvml.nvmlShutdown, None)
+    if not shared_minors:
+        return inventory
+    # Only a whole GPU outside MIG (and dynamic MIG) is shared by memory.
+    return replace(inventory, devices=tuple(
+        replace(d, shared=True) if d.type == "gpu" and not d.consumes and d.minor in shared_minors
+        else d for d in inventory.devices))
 
 
 def _discover_locked(nvidia: bool, dynamic: bool = False) -> Inventory:

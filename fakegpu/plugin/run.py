@@ -45,6 +45,7 @@ class Options:
     grace_period_s: float = 30.0
     workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
     dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
+    shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
 
 
 def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
@@ -70,7 +71,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
     nvidia = opts.driver_name == NVIDIA_DRIVER
-    devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig))
+    devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
              len(inventory.devices), ",".join(d.name for d in inventory.devices))

@@ -121,6 +121,11 @@ def device_entry(device: Device, inventory: Inventory, version: str,
                             "capacity": device_capacity(device)}
     if taints:
         body["taints"] = [dict(t) for t in taints]
+    if device.shared:  # several claims, each taking a share of the memory (1.34+)
+        body["allowMultipleAllocations"] = True
+        body["capacity"]["memory"]["requestPolicy"] = {
+            # A claim that names no memory takes all of it: exclusive unless it asks for less.
+            "default": quantity(device.memory_bytes), "validRange": {"min": "1Gi"}}
     if device.consumes:
         body["consumesCounters"] = [{
             "counterSet": partitions.counter_set_name(device.minor),

@@ -251,6 +251,7 @@ def _nodes(report: Report, raw: Any, seed: int, fabrics: dict[str, _Fabric]) -> 
 class _GpuSpec:
     product: Product
     mig: Mig
+    shared: bool = False  # published for several claims by memory (DRAConsumableCapacity)
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ class _NodeSpec:
                 board_part_number=spec.product.board_part_number,
                 module_id=i + 1, pci=self.gpu_pci[i], numa_node=numa[i],
                 nvlinks=self._links(name, switches, down), fabric=fabric,
-                mig=spec.mig, faults=faults))
+                mig=spec.mig, faults=faults, shared=spec.shared))
         return Node(name=name, index=position, gpus=tuple(gpus), nvswitches=tuple(switches),
                     system=self.system, numa_nodes=max(numa) + 1)
 
@@ -375,7 +376,7 @@ def _fabric_switch_pci(link: int, product: Product) -> PciAddress:
 
 def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
     if isinstance(raw, dict):
-        data = report.mapping(raw, path, ("product", "count", "mig"))
+        data = report.mapping(raw, path, ("product", "count", "mig", "shared"))
         if data is None:
             return None
         count = report.int_in(data, "count", path, 1, MAX_GPUS_PER_NODE)
@@ -395,7 +396,7 @@ def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
         specs = []
         for i, item in enumerate(raw):
             where = join(path, i)
-            data = report.mapping(item, where, ("product", "mig"))
+            data = report.mapping(item, where, ("product", "mig", "shared"))
             spec = _gpu(report, data, where, with_count=False) if data is not None else None
             if spec is not None:
                 specs.append(spec)
@@ -423,7 +424,14 @@ def _gpu(report: Report, data: dict[str, Any], path: str, with_count: bool) -> _
                    f"{', '.join(catalog.products())}")
         return None
     mig = _mig(report, data.get("mig"), join(path, "mig"), product)
-    return _GpuSpec(product, mig) if mig is not None else None
+    shared = report.get(data, "shared", path, bool, default=False)
+    if mig is None or shared is None:
+        return None
+    if shared and (mig.enabled or mig.dynamic):
+        report.add(join(path, "shared"), "a GPU in MIG mode is shared as its MIG devices, "
+                   "not by memory")
+        return None
+    return _GpuSpec(product, mig, shared)
 
 
 def _mig(report: Report, raw: Any, path: str, product: Product) -> Mig | None:

@@ -225,6 +225,9 @@ class Gpu:
     fabric: GpuFabric | None = None
     mig: Mig = field(default_factory=Mig)
     faults: tuple[Fault, ...] = ()
+    # Several claims may share it by memory (DRAConsumableCapacity): the node's plugin runs
+    # with --shared-gpus listing its minor.
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,11 @@ class Node:
     def dynamic_mig(self) -> bool:
         """Its plugin runs with --dynamic-mig (every MIG GPU of the node says mig.dynamic)."""
         return any(g.mig.dynamic for g in self.gpus)
+
+    @property
+    def shared_minors(self) -> tuple[int, ...]:
+        """Minors of the GPUs shared by memory (the plugin's --shared-gpus)."""
+        return tuple(g.minor for g in self.gpus if g.shared)
 
 
 @dataclass(frozen=True)

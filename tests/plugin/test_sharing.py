@@ -121,3 +121,57 @@ def test_prepare_puts_the_config_into_the_containers_env_or_refuses_the_claim(
     assert "FAKEGPU_DEVICE_GPU_0_SHARING_STRATEGY=TimeSlicing" in env
     assert "FAKEGPU_DEVICE_GPU_0_TIMESLICE_INTERVAL=Short" in env  # the claim's wins
     assert not list((tmp_path / "cdi").glob("*uid-bad*"))
+
+
+# --- shared GPUs by memory (DRAConsumableCapacity) ----------------------------------------------
+
+
+def test_a_shared_gpu_allows_several_allocations_with_a_memory_policy() -> None:
+    from dataclasses import replace
+
+    from fakegpu.plugin import slices
+
+    inv = inventory(2)
+    inv = replace(inv, devices=(replace(inv.devices[0], shared=True), inv.devices[1]))
+    [obj] = slices.build_slices(DRIVER, NODE, inv, "v1", 1)
+    shared, plain = obj["spec"]["devices"]
+    assert shared["allowMultipleAllocations"] is True
+    assert shared["capacity"]["memory"] == {"value": "81559Mi", "requestPolicy": {
+        "default": "81559Mi", "validRange": {"min": "1Gi"}}}
+    assert "allowMultipleAllocations" not in plain
+    assert "requestPolicy" not in plain["capacity"]["memory"]
+    [beta] = slices.build_slices(DRIVER, NODE, inv, "v1beta1", 1)
+    assert beta["spec"]["devices"][0]["basic"]["allowMultipleAllocations"] is True
+
+
+def test_the_share_id_reaches_the_cdi_spec(tmp_path: Path) -> None:
+    from fakegpu.plugin import cdi
+    from fakegpu.plugin.prepare import plan_claim
+
+    store = ClaimStore()
+    obj = claim("s", "uid-s", ["gpu-0"])
+    obj["status"]["allocation"]["devices"]["results"][0]["shareID"] = "7f4e2c1a"
+    plan = plan_claim(obj, ClaimRef("default", "s", "uid-s"), DRIVER, NODE,
+                      inventory().by_name())
+    env = cdi.build_spec(DRIVER, plan)["devices"][0]["containerEdits"]["env"]
+    assert "FAKEGPU_DEVICE_GPU_0_SHARE_ID=7f4e2c1a" in env
+    store.add(obj)
+    driver = _driver(tmp_path, store)
+    result = driver.prepare([ClaimRef("default", "s", "uid-s")])["uid-s"]
+    assert result.claim is not None and result.claim.devices[0].share_id == "7f4e2c1a"
+
+
+@pytest.mark.parametrize(("text", "minors"), [("", set()), ("0", {0}), ("0, 3", {0, 3})])
+def test_shared_gpus_flag(text: str, minors: set[int]) -> None:
+    from fakegpu.cli.plugin import _minors
+
+    assert _minors(text) == minors
+
+
+@pytest.mark.parametrize("text", ["a", "1,,x", "-1"])
+def test_shared_gpus_flag_refuses_what_is_not_minors(text: str) -> None:
+    from fakegpu.cli.plugin import _minors
+    from fakegpu.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="--shared-gpus"):
+        _minors(text)

@@ -35,3 +35,13 @@ def test_bad_dynamic_mig_is_one_line_naming_the_field(gpus: str, message: str) -
     with pytest.raises(TopologyError) as err:
         parse_topology(_node(gpus), "t.yaml")
     assert message in str(err.value)
+
+
+def test_shared_gpus_are_listed_for_the_plugin_by_minor() -> None:
+    topo = parse_topology(_node("[{product: A100-SXM4-40GB}, "
+                                "{product: A100-SXM4-40GB, shared: true}]"), "t.yaml")
+    assert topo.node("n").shared_minors == (1,)
+    with pytest.raises(TopologyError, match=r"nodes\[0\].gpus.shared: a GPU in MIG mode is "
+                                            "shared as its MIG devices"):
+        parse_topology(_node("{product: A100-SXM4-40GB, count: 1, shared: true, "
+                             "mig: {enabled: true}}"), "t.yaml")
