@@ -237,8 +237,8 @@ def _control_plane_binaries() -> Any:
                            etcd=found["etcd"] / "etcd")
 
 
-def measure(sock: Path, uids: dict[str, str], rounds: int,
-            report: Callable[[str], None]) -> dict[str, Any]:
+def measure(sock: Path, uids: dict[str, str], rounds: int, report: Callable[[str], None],
+            concurrency: tuple[int, ...] = CONCURRENCY) -> dict[str, Any]:
     stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{sock}"))
 
     def one(i: int, rounds: int) -> list[tuple[float, float]]:
@@ -260,7 +260,7 @@ def measure(sock: Path, uids: dict[str, str], rounds: int,
     results: dict[str, Any] = {}
     report(f"{'concurrent':>10} {'prepare p50':>12} {'p99':>8} {'unprepare p50':>14} {'p99':>8} "
            f"{'both p50':>9} {'p99':>8} {'samples':>8}   (ms)")
-    for n in CONCURRENCY:
+    for n in concurrency:
         repeat = max(rounds, -(-MIN_SAMPLES // n))  # enough samples for a p99 at n=1 too
         with ThreadPoolExecutor(max_workers=n) as pool:
             pairs = [p for got in pool.map(one, range(n), [repeat] * n) for p in got]
@@ -288,8 +288,14 @@ def main() -> None:
     parser.add_argument("--hold", type=int, default=0, metavar="N",
                         help="in-process only: first prepare N more claims in one call (and "
                              "time single claims meanwhile), then measure with them held")
+    parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)),
+                        metavar="N,N", help="concurrent claims to measure "
+                                            "(default: %(default)s, at most 100)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    concurrency = tuple(int(n) for n in args.concurrency.split(","))
+    if not all(1 <= n <= CLAIMS for n in concurrency):
+        parser.error(f"--concurrency: each between 1 and {CLAIMS}")
     if args.external and not args.apiserver:
         parser.error("--external needs --apiserver (the other plugin reads its claims there)")
     root = Path(tempfile.mkdtemp(prefix="fgb-", dir="/tmp"))
@@ -300,7 +306,8 @@ def main() -> None:
             print(f"plugin: {shlex.quote(args.external) if args.external else 'fakegpu'}; "
                   f"{'apiserver' if args.apiserver else 'claims from memory'}; "
                   f"rounds {args.rounds}", flush=True)
-            results = measure(sock, uids, args.rounds, lambda line: print(line, flush=True))
+            results = measure(sock, uids, args.rounds, lambda line: print(line, flush=True),
+                              concurrency)
         if args.json:
             args.json.write_text(json.dumps({"external": args.external,
                                              "apiserver": args.apiserver,
