@@ -49,6 +49,7 @@ from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
 from fakegpu.deploy.manifests import Install
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
+from fakegpu.node.entrypoint import plugin_args
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
 from fakegpu.topology.load import load_topology
@@ -413,11 +414,9 @@ class EmbeddedProvider:
             install.write_plugin_credentials(
                 token, values, kubeconfig=lay.plugin_kubeconfig, token_file=lay.plugin_token,
                 server=st.server, ca=st.cp_dir / "pki" / "ca.crt", cluster=st.name)
-        # The topology's per-node plugin mode: NVIDIA's DynamicMIG (mig.dynamic).
-        node = load_topology(Path(st.topology)).node(lay.name)
-        args = ["--dynamic-mig"] if node.dynamic_mig else []
-        if node.shared_minors:  # GPUs shared by memory (the GPU field `shared`)
-            args.append("--shared-gpus=" + ",".join(map(str, node.shared_minors)))
+        # The topology's plugin flags for this node (dynamic MIG, shared GPUs), as the kind
+        # plugin image's entrypoint adds them.
+        args = plugin_args(load_topology(Path(st.topology)).node(lay.name))
         rec = nodemod.start_plugin(lay, st.driver, env, extra_args=args)
         st.processes[rec.name] = rec
         st.save()

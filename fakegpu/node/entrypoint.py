@@ -17,6 +17,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fakegpu.topology.model import Node
 
 TOPOLOGY_ENV = "FAKEGPU_TOPOLOGY"
 STATE_DIR_ENV = "FAKEGPU_NVML_STATE_DIR"
@@ -43,11 +47,27 @@ def plugin_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
     return {**environ, **nvml_env.env(state)}, node
 
 
+def plugin_args(node: Node) -> list[str]:
+    """The plugin flags a topology node asks for, the same on every provider: NVIDIA's
+    DynamicMIG (``mig.dynamic``) and GPUs shared by memory (``shared``)."""
+    args = ["--dynamic-mig"] if node.dynamic_mig else []
+    if node.shared_minors:
+        args.append("--shared-gpus=" + ",".join(map(str, node.shared_minors)))
+    return args
+
+
+def _topology_args(environ: Mapping[str, str], node: str) -> list[str]:
+    from fakegpu.topology.load import load_topology
+
+    return plugin_args(load_topology(environ.get(TOPOLOGY_ENV) or DEFAULT_TOPOLOGY).node(node))
+
+
 def main(argv: Sequence[str]) -> int:
     from fakegpu.errors import FakegpuError
 
     try:
         env, node = plugin_env(os.environ)
+        argv = [*_topology_args(os.environ, node), *argv]
     except FakegpuError as err:
         print(f"fakegpu entrypoint: {err}", file=sys.stderr)
         return err.exit_code
