@@ -12,6 +12,7 @@ the scheduler's verdict on the pod, and the environment the container prints.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -213,7 +214,12 @@ def test_a_gpu_in_mig_mode_is_not_offered_whole(
     whole = [d for (pool, _), d in published_devices(resource_api, driver).items()
              if pool == STATIC_NODE and d[f"{driver}/type"] == "gpu"]
     assert len(whole) == 1, f"whole GPUs published: {whole}"
-    request = resource_api.device_request("gpus", driver, count=2)
+    # (Leaving out the GPU shared by memory on another node: it may be allocated repeatedly.)
+    shared = [attr_value(d.get("basic", d)["attributes"]["uuid"])
+              for sl in resource_api.slices(driver=driver, node=SHARED_NODE)
+              for d in sl["spec"].get("devices") or ()]
+    request = resource_api.device_request("gpus", driver, count=2, cel=[
+        f"device.attributes[{cel_string(driver)}].uuid != {cel_string(u)}" for u in shared])
     resource_api.create("resourceclaimtemplates",
                         resource_api.claim_template("two", [request]), namespace)
     core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
@@ -250,6 +256,10 @@ def smi(info: ClusterInfo, node: str) -> str:
                          capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, f"fakegpu smi failed: {out.stderr[-800:]}"
     return out.stdout
+
+
+def mig_uuids(text: str) -> set[str]:
+    return set(re.findall(r"MIG-[0-9a-fA-F-]{36}", text))
 
 
 def status_uuids(api: ResourceApi, namespace: str, pod: Any, pod_claim: str) -> list[str]:
@@ -350,3 +360,228 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
     [uuid] = visible(logged_env(core_v1, namespace, waiting))
     # A MIG device of its own: none of the six still running has it.
     assert uuid.startswith("MIG-") and uuid not in [uuids[n] for n in running[1:]]
+
+
+def test_a_whole_gpu_claim_waits_until_the_partitions_are_gone(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "one-1g", mig_requests(resource_api, driver, [("1g.10gb", 1)])), namespace)
+    run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "part",
+            PodClaim("mig", template="one-1g"))
+    h100 = f"device.attributes[{cel_string(driver)}].productName.startsWith('NVIDIA H100')"
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "whole", [resource_api.device_request("gpu", driver, cel=[h100])]), namespace)
+    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+        "whole", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        [PodClaim("gpu", template="whole")]))
+
+    def refused() -> Any:
+        pod: Any = k8s.read_pod(core_v1, namespace, "whole")
+        cond = k8s.pod_condition(pod, "PodScheduled")
+        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
+                cond.message or ""):
+            raise NotYet(f"PodScheduled: {cond}")
+        return pod
+
+    wait_for(refused, what="the whole H100 to be refused beside a partition", timeout=120)
+    core_v1.delete_namespaced_pod("part", namespace, grace_period_seconds=0)
+    k8s.wait_pod_gone(core_v1, namespace, "part")
+    pod = k8s.wait_pod_running(core_v1, namespace, "whole", timeout=300)
+    [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
+    assert device["name"] == "gpu-0" and pod.spec.node_name == DYNAMIC_NODE
+    assert visible(logged_env(core_v1, namespace, "whole")) == [device[f"{driver}/uuid"]]
+
+# --- sharing configs ------------------------------------------------------------------------------
+
+A100 = "NVIDIA A100-SXM4-40GB"
+
+
+def config_group(driver: str) -> str:
+    """The sharing configs' apiVersion: NVIDIA's with NVIDIA's driver name, else fakegpu's."""
+    return "resource.nvidia.com/v1beta1" if driver == "gpu.nvidia.com" \
+        else "resource.fakegpu.dev/v1beta1"
+
+
+def opaque_config(driver: str, kind: str, sharing: dict[str, Any],
+                  requests: Sequence[str] = ()) -> dict[str, Any]:
+    return {**({"requests": list(requests)} if requests else {}),
+            "opaque": {"driver": driver, "parameters": {
+                "apiVersion": config_group(driver), "kind": kind, "sharing": sharing}}}
+
+
+def device_env(env: Mapping[str, str], device: str, key: str) -> str | None:
+    return env.get(f"FAKEGPU_DEVICE_{device.upper().replace('-', '_')}_{key}")
+
+
+def test_two_pods_time_slice_one_gpu_and_see_the_claims_interval(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    request = resource_api.device_request("gpu", driver, cel=[
+        f"device.attributes[{cel_string(driver)}].productName == {cel_string(A100)}"])
+    body = resource_api.claim_manifest("shared", [request])
+    body["spec"]["devices"]["config"] = [opaque_config(
+        driver, "GpuConfig", {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+        ["gpu"])]
+    resource_api.create("resourceclaims", body, namespace)
+    pods = [run_pod(core_v1, namespace, fakegpu_cluster.workload_image, name,
+                    PodClaim("gpu", claim="shared")) for name in ("one", "two")]
+    [(_, device)] = allocated(resource_api, namespace, pods[0], "gpu", driver)
+    for pod in pods:
+        env = logged_env(core_v1, namespace, pod.metadata.name)
+        assert visible(env) == [device[f"{driver}/uuid"]]
+        assert device_env(env, device["name"], "SHARING_STRATEGY") == "TimeSlicing"
+        assert device_env(env, device["name"], "TIMESLICE_INTERVAL") == "Long"
+
+
+def test_mps_from_the_class_with_a_claim_override_per_request(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    # A DeviceClass of MIG devices whose config says MPS at 20 %; the claim asks 70 % for one
+    # of its two requests only.
+    cls = f"mps-{namespace}"[:63]
+    resource_api.create("deviceclasses", {"kind": "DeviceClass", "metadata": {"name": cls},
+                                          "spec": {
+        "selectors": [{"cel": {"expression":
+                               f"device.driver == {cel_string(driver)} && "
+                               f"device.attributes[{cel_string(driver)}].type == 'mig'"}}],
+        "config": [opaque_config(driver, "MigDeviceConfig", {
+            "strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 20}})]}})
+    try:
+        requests = [resource_api.device_request(name, cls, cel=[profile_is(driver, "1g.5gb")])
+                    for name in ("a", "b")]
+        body = resource_api.claim_template("mps", requests)
+        body["spec"]["spec"]["devices"]["config"] = [opaque_config(
+            driver, "MigDeviceConfig", {"strategy": "MPS", "mpsConfig": {
+                "defaultActiveThreadPercentage": 70, "defaultPinnedDeviceMemoryLimit": "2Gi"}},
+            ["b"])]
+        resource_api.create("resourceclaimtemplates", body, namespace)
+        pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "mps-pod",
+                      PodClaim("mig", template="mps"))
+        got = dict(allocated(resource_api, namespace, pod, "mig", driver))
+        env = logged_env(core_v1, namespace, "mps-pod")
+        assert env.get("CUDA_MPS_PIPE_DIRECTORY") == "/tmp/nvidia-mps"
+        a, b = got["a"]["name"], got["b"]["name"]
+        assert device_env(env, a, "SHARING_STRATEGY") == "MPS"
+        assert device_env(env, a, "MPS_ACTIVE_THREAD_PERCENTAGE") == "20"  # the class's
+        assert device_env(env, a, "MPS_PINNED_DEVICE_MEMORY_LIMIT") is None
+        assert device_env(env, b, "MPS_ACTIVE_THREAD_PERCENTAGE") == "70"  # the claim's
+        assert device_env(env, b, "MPS_PINNED_DEVICE_MEMORY_LIMIT") == "2Gi"
+    finally:
+        resource_api.delete("deviceclasses", cls)
+
+
+def test_an_invalid_sharing_config_keeps_the_pod_from_starting_and_says_which_field(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    body = resource_api.claim_template("bad", mig_requests(resource_api, driver,
+                                                           [("1g.10gb", 1)]))
+    body["spec"]["spec"]["devices"]["config"] = [opaque_config(
+        driver, "MigDeviceConfig", {"strategy": "MPS",
+                                    "mpsConfig": {"defaultActiveThreadPercentage": 150}})]
+    resource_api.create("resourceclaimtemplates", body, namespace)
+    before = mig_uuids(smi(fakegpu_cluster, DYNAMIC_NODE))
+    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+        "refused", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        [PodClaim("mig", template="bad")]))
+    event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
+                           involved="refused", timeout=180)
+    assert "defaultActiveThreadPercentage" in event.message and "150" in event.message, \
+        event.message
+    pod: Any = k8s.read_pod(core_v1, namespace, "refused")
+    assert pod.status.phase == "Pending"
+    # The 1g.10gb exists only on the dynamic-MIG H100: nothing was created there for it.
+    assert pod.spec.node_name == DYNAMIC_NODE
+    # (An earlier test's instances may still be going away: nothing new is the check.)
+    assert mig_uuids(smi(fakegpu_cluster, DYNAMIC_NODE)) <= before
+
+
+# --- shared GPUs by memory ------------------------------------------------------------------------
+
+SHARED_NODE = "a100-shared"  # one A100 published with allowMultipleAllocations
+
+
+def shared_gpu(api: ResourceApi, driver: str) -> dict[str, Any]:
+    """The slice entry of the GPU shared by memory (skips where the apiserver dropped the
+    field: DRAConsumableCapacity off, as on a minor without it)."""
+    for sl in api.slices(driver=driver, node=SHARED_NODE):
+        for dev in sl["spec"].get("devices") or ():
+            body = dev.get("basic", dev)
+            if body.get("allowMultipleAllocations"):
+                return dict(dev)
+    pytest.skip(f"no device of {SHARED_NODE} allows multiple allocations: the apiserver drops "
+                "the field without the DRAConsumableCapacity gate")
+
+
+def memory_request(api: ResourceApi, driver: str, uuid: str, memory: str) -> dict[str, Any]:
+    request = api.device_request("gpu", driver, cel=[
+        f"device.attributes[{cel_string(driver)}].uuid == {cel_string(uuid)}"])
+    (request.get("exactly") or request)["capacity"] = {"requests": {"memory": memory}}
+    return request
+
+
+def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
+    fakegpu_cluster: ClusterInfo,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    entry = shared_gpu(resource_api, driver)
+    uuid = attr_value((entry.get("basic", entry))["attributes"]["uuid"])
+    # 15 Gi each of its 40 Gi: two fit, the third does not until one goes.
+    for name in ("a", "b", "c"):
+        resource_api.create("resourceclaims", resource_api.claim_manifest(
+            name, [memory_request(resource_api, driver, uuid, "15Gi")]), namespace)
+    pods = {name: run_pod(core_v1, namespace, fakegpu_cluster.workload_image, f"pod-{name}",
+                          PodClaim("gpu", claim=name)) for name in ("a", "b")}
+    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+        "pod-c", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        [PodClaim("gpu", claim="c")]))
+
+    share_ids = {}
+    for name, pod in pods.items():
+        assert pod.spec.node_name == SHARED_NODE
+        claim = resource_api.claim(namespace, name)
+        [result] = allocation_results(claim, driver)
+        assert result["shareID"], result
+        assert result.get("consumedCapacity", {}).get("memory") == "15Gi", result
+        env = logged_env(core_v1, namespace, f"pod-{name}")
+        assert visible(env) == [uuid]
+        assert device_env(env, result["device"], "SHARE_ID") == result["shareID"]
+        statuses = (claim.get("status") or {}).get("devices") or []
+        assert [d.get("shareID") for d in statuses] == [result["shareID"]]
+        share_ids[name] = result["shareID"]
+    assert share_ids["a"] != share_ids["b"]
+
+    def refused() -> Any:
+        pod: Any = k8s.read_pod(core_v1, namespace, "pod-c")
+        cond = k8s.pod_condition(pod, "PodScheduled")
+        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
+                cond.message or ""):
+            raise NotYet(f"PodScheduled: {cond}")
+        return pod
+
+    wait_for(refused, what="the scheduler to refuse a third 15Gi share", timeout=120)
+    core_v1.delete_namespaced_pod("pod-a", namespace, grace_period_seconds=0)
+    k8s.wait_pod_gone(core_v1, namespace, "pod-a")
+    resource_api.delete("resourceclaims", "a", namespace)
+    pod = k8s.wait_pod_running(core_v1, namespace, "pod-c", timeout=300)
+    assert pod.spec.node_name == SHARED_NODE
+    assert visible(logged_env(core_v1, namespace, "pod-c")) == [uuid]
