@@ -3,32 +3,33 @@
 Written for any topology: what to ask for is derived from the topology model (a product name,
 the largest node's GPU count), so CI's matrix of topologies runs the same suite.
 
-Every check compares what Kubernetes did with what the fake hardware reports through NVML on
-the node the pod ran on (pynvml over the node's state file), never with the topology YAML: the
+Every check observes as a user does: through the Kubernetes API (claims, ResourceSlices, pod
+conditions) and what a pod sees (its environment), never through fakegpu's own files (NVML
+state, CDI specs, the plugin's checkpoint): the same checks hold for any driver's slices. The
 topology only says what to ask for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu.cluster.provider import ClusterInfo, NodeInfo
-from fakegpu.plugin import cdi, checkpoint
+from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
     ResourceApi,
+    allocated_node,
     allocation_results,
+    attribute_value,
     cel_string,
     pod_claim_name,
     pod_manifest,
+    published_device,
 )
-from fakegpu.testkit.gpus import NvmlGpu, read_node_gpus
 from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.model import Topology
 
@@ -68,19 +69,16 @@ def product_selector(driver: str, product: str) -> str:
     return f"device.attributes[{cel_string(driver)}].productName == {cel_string(product)}"
 
 
-def gpu_node(info: ClusterInfo, node_name: str) -> NodeInfo:
-    node = info.node(node_name)
-    assert node.nvml_state is not None, f"node {node_name} has no NVML state file"
-    return node
+def allocated_gpus(resource_api: ResourceApi, driver: str, claim: dict[str, Any]
+                   ) -> list[dict[str, Any]]:
+    """The devices allocated to ``claim``, as the driver's ResourceSlices publish them."""
+    results = allocation_results(claim, driver)
+    assert results, f"claim {claim['metadata']['name']} has no allocation of {driver}"
+    return [published_device(resource_api, driver, r["pool"], r["device"]) for r in results]
 
 
-def nvml_gpus(info: ClusterInfo, node_name: str) -> dict[str, NvmlGpu]:
-    """UUID -> GPU, as NVML reports it on ``node_name``."""
-    state = gpu_node(info, node_name).nvml_state
-    assert state is not None
-    gpus = {gpu.uuid: gpu for gpu in read_node_gpus(state)}
-    assert gpus, f"NVML reports no GPUs on node {node_name}"
-    return gpus
+def uuids(devices: Sequence[dict[str, Any]]) -> list[str]:
+    return [str(attribute_value(d, "uuid")) for d in devices]
 
 
 def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
@@ -112,7 +110,7 @@ def create_pods(core: kclient.CoreV1Api, namespace: str, image: str,
             namespace, pod_manifest(name, image, PRINT_ENV_AND_WAIT, [claim]))  # type: ignore[arg-type]
 
 
-def test_product_selector_claim_runs_with_a_gpu_nvml_reports(
+def test_product_selector_claim_runs_with_the_gpu_its_slice_publishes(
     fakegpu_cluster: ClusterInfo,
     fakegpu_topology: Topology,
     core_v1: kclient.CoreV1Api,
@@ -133,16 +131,13 @@ def test_product_selector_claim_runs_with_a_gpu_nvml_reports(
     visible = visible_gpus(logged_env(core_v1, namespace, "gpu-pod"))
     assert len(visible) == 1, f"one GPU claimed, pod sees {visible}"
 
-    on_node = nvml_gpus(fakegpu_cluster, pod.spec.node_name)
-    assert visible[0] in on_node, (
-        f"pod sees GPU {visible[0]}, NVML on node {pod.spec.node_name} reports {sorted(on_node)}")
-    gpu = on_node[visible[0]]
-    assert gpu.name == product
-    # The allocated device is that GPU: the plugin names devices gpu-<minor>.
+    # What the pod sees is the device the claim got, as the ResourceSlice publishes it.
     claim = resource_api.claim(namespace, pod_claim_name(pod, "gpu"))
-    results = allocation_results(claim, driver)
-    assert [r["device"] for r in results] == [f"gpu-{gpu.minor}"]
-    assert results[0]["pool"], "allocation result names no pool"
+    assert allocated_node(claim) == pod.spec.node_name
+    devices = allocated_gpus(resource_api, driver, claim)
+    assert uuids(devices) == visible, (
+        f"pod sees {visible}, its claim got {[d['name'] for d in devices]} {uuids(devices)}")
+    assert attribute_value(devices[0], "productName") == product
 
 
 def test_pods_sharing_a_claim_see_the_same_gpu_on_the_same_node(
@@ -164,10 +159,9 @@ def test_pods_sharing_a_claim_see_the_same_gpu_on_the_same_node(
     seen = [visible_gpus(exec_env(core_v1, namespace, p.metadata.name)) for p in pods]
     assert seen[0] == seen[1], f"pods sharing one claim see different GPUs: {seen}"
     assert len(seen[0]) == 1
-    on_node = nvml_gpus(fakegpu_cluster, nodes.pop())
-    assert seen[0][0] in on_node
-
     claim = resource_api.claim(namespace, "shared")
+    assert uuids(allocated_gpus(resource_api, fakegpu_cluster.driver_name, claim)) == seen[0]
+    assert allocated_node(claim) == nodes.pop()
     reserved = {r.get("name") for r in (claim.get("status") or {}).get("reservedFor") or []}
     assert reserved == {"first", "second"}
 
@@ -208,15 +202,7 @@ def test_claim_for_more_gpus_than_any_node_has_stays_pending(
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
 
 
-def _prepared_state(node: NodeInfo, driver: str, claim_uid: str) -> tuple[bool, bool]:
-    """(CDI spec file present, checkpoint lists the claim) for ``claim_uid`` on ``node``."""
-    assert node.cdi_dir is not None and node.plugin_state_dir is not None
-    spec = Path(node.cdi_dir) / cdi.spec_filename(driver, claim_uid)
-    listed = claim_uid in checkpoint.load(node.plugin_state_dir).claims
-    return spec.is_file(), listed
-
-
-def test_deleting_pods_unprepares_their_claims(
+def test_deleting_pods_unprepares_and_frees_their_devices(
     fakegpu_cluster: ClusterInfo,
     k8s_client: Any,
     core_v1: kclient.CoreV1Api,
@@ -224,6 +210,9 @@ def test_deleting_pods_unprepares_their_claims(
     namespace: str,
     device_class: str,
 ) -> None:
+    """What a user sees of unprepare: the claims are released (the generated one deleted, the
+    standalone one deallocated), and each device is handed to a new pod on the same node, which
+    sees exactly that GPU."""
     driver = fakegpu_cluster.driver_name
     request = resource_api.device_request("gpu", device_class, count=1)
     # Server-side apply, as `kubectl apply` would (the other tests create objects directly).
@@ -234,26 +223,46 @@ def test_deleting_pods_unprepares_their_claims(
                 [("from-template", PodClaim("gpu", template="one-gpu")),
                  ("from-claim", PodClaim("gpu", claim="direct"))])
 
-    prepared: dict[str, tuple[NodeInfo, str]] = {}  # pod -> (node, claim UID)
+    held: dict[str, tuple[str, str, str]] = {}  # pod -> (claim, node, GPU UUID)
     for name in ("from-template", "from-claim"):
         pod: Any = k8s.wait_pod_running(core_v1, namespace, name)
         claim = resource_api.claim(namespace, pod_claim_name(pod, "gpu"))
-        uid = claim["metadata"]["uid"]
-        node = gpu_node(fakegpu_cluster, pod.spec.node_name)
-        # A running pod's claim is prepared: without this the check below could not fail.
-        assert _prepared_state(node, driver, uid) == (True, True), (
-            f"claim {uid} of running pod {name} is not prepared on {node.name}")
-        prepared[name] = (node, uid)
+        # A running pod's claim is allocated and reserved for it: without this the release
+        # below could not fail.
+        reserved = [r.get("name") for r in claim["status"].get("reservedFor") or []]
+        assert reserved == [name], f"claim of running pod {name} is reserved for {reserved}"
+        (uuid,) = uuids(allocated_gpus(resource_api, driver, claim))
+        assert visible_gpus(exec_env(core_v1, namespace, name)) == [uuid]
+        held[name] = (claim["metadata"]["name"], pod.spec.node_name, uuid)
 
-    for name in prepared:
+    for name in held:
         core_v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-    for name, (node, uid) in prepared.items():
+    for name in held:
         k8s.wait_pod_gone(core_v1, namespace, name)
 
-        def unprepared(node: NodeInfo = node, uid: str = uid) -> None:
-            state = _prepared_state(node, driver, uid)
-            if state != (False, False):
-                raise NotYet(f"CDI spec present={state[0]}, in checkpoint={state[1]}")
+    generated = held["from-template"][0]
 
-        wait_for(unprepared, what=f"claim {uid} of pod {name} to be unprepared on {node.name}",
-                 timeout=120)
+    def released() -> None:
+        names = {c["metadata"]["name"]: c for c in resource_api.items("resourceclaims",
+                                                                        namespace)}
+        if generated in names:
+            raise NotYet(f"generated claim {generated} still exists")
+        status = names["direct"].get("status") or {}
+        if status.get("reservedFor") or status.get("allocation"):
+            raise NotYet(f"claim direct still reserved or allocated: {status}")
+
+    wait_for(released, what="the pods' claims to be released", timeout=120)
+
+    # Each freed GPU goes to a new pod pinned to its node by a selector on its UUID.
+    for name, (_, node, uuid) in held.items():
+        again = f"again-{name}"
+        pinned = resource_api.device_request(
+            "gpu", device_class, count=1,
+            cel=[f"device.attributes[{cel_string(driver)}].uuid == {cel_string(uuid)}"])
+        resource_api.create("resourceclaimtemplates",
+                            resource_api.claim_template(again, [pinned]), namespace)
+        create_pods(core_v1, namespace, fakegpu_cluster.workload_image,
+                    [(again, PodClaim("gpu", template=again))])
+        pod = k8s.wait_pod_running(core_v1, namespace, again)
+        assert pod.spec.node_name == node
+        assert visible_gpus(logged_env(core_v1, namespace, again)) == [uuid]
