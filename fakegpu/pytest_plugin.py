@@ -56,6 +56,7 @@ class Options:
     keep_cluster: bool
     cluster_name: str
     reports_dir: Path
+    driver: str = "fakegpu"  # fakegpu.cluster.DRIVERS: who the plugins of the cluster are
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -89,7 +90,8 @@ class Options:
             raise pytest.UsageError(f"--cluster-name: {name!r} must be {RULE}") from None
         return cls(provider=provider, k8s_version=None if version is None else str(version),
                    topology=topology, keep_cluster=bool(config.getoption("keep_cluster")),
-                   cluster_name=name, reports_dir=config.rootpath / REPORTS_SUBDIR)
+                   cluster_name=name, reports_dir=config.rootpath / REPORTS_SUBDIR,
+                   driver=str(config.getoption("fakegpu_driver")))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -105,9 +107,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--keep-cluster", dest="keep_cluster", action="store_true", default=False,
                     help="leave the e2e cluster running after the session, and reuse a running "
                          "healthy cluster of the same name")
+    group.addoption("--fakegpu-driver", dest="fakegpu_driver", choices=("fakegpu", "nvidia"),
+                    default="fakegpu",
+                    help="fakegpu: the plugin as gpu.fakegpu.dev; nvidia: NVIDIA-compatible "
+                         "(gpu.nvidia.com, NVIDIA's DeviceClasses) (default: fakegpu)")
     group.addoption("--cluster-name", dest="cluster_name", default=DEFAULT_CLUSTER_NAME,
                     metavar="NAME",
                     help=f"name of the e2e cluster (default: {DEFAULT_CLUSTER_NAME})")
+    # The conformance suite (fakegpu.conformance): here, because pytest reads options only
+    # from plugins and the rootdir's conftest, and the suite runs from an installed package.
+    conf = parser.getgroup("fakegpu-conformance", "fakegpu DRA driver conformance")
+    conf.addoption("--conformance-kubeconfig", dest="conformance_kubeconfig", default=None,
+                   metavar="FILE", help="run fakegpu.conformance against this cluster (default: "
+                   "the fakegpu e2e session's cluster and fakegpu's plugin)")
+    conf.addoption("--conformance-driver", dest="conformance_driver", default=None,
+                   metavar="NAME", help="the DRA driver under test (with --conformance-kubeconfig)")
+    conf.addoption("--conformance-device-class", dest="conformance_device_class", default=None,
+                   metavar="CLASS", help="a DeviceClass of the driver's devices")
+    conf.addoption("--conformance-capabilities", dest="conformance_capabilities", default=None,
+                   metavar="FILE", help="what the driver declares it supports (YAML)")
+    conf.addoption("--conformance-image", dest="conformance_image", default=None,
+                   metavar="IMAGE", help="workload image with sh, env and sleep (default: "
+                   "busybox, or the fakegpu cluster's own)")
+    conf.addoption("--conformance-report", dest="conformance_report", default=None,
+                   metavar="DIR", help="write the markdown report (conformance.md) here")
 
 
 PROVIDER_MARKER_HELP = ("provider(name): an e2e test of what only that cluster provider installs; "
@@ -238,7 +261,7 @@ class E2ESession:
         from fakegpu import cluster
 
         try:
-            provider = cluster.get_provider(opts.provider)
+            provider = cluster.get_provider(opts.provider, driver=opts.driver)
             self.provider = provider
             if opts.keep_cluster:
                 running = provider.status(name)
@@ -395,6 +418,10 @@ def reuse_problems(info: ClusterInfo, opts: Options, topology: Path | None = Non
     problems = []
     if info.provider != opts.provider:
         problems.append(f"it runs on provider {info.provider}, not {opts.provider}")
+    from fakegpu.cluster import driver_name
+
+    if info.driver_name != driver_name(opts.driver):
+        problems.append(f"its driver is {info.driver_name}, not {driver_name(opts.driver)}")
     if Path(info.topology).resolve() != topology.resolve():
         problems.append(f"its topology is {info.topology}, not {topology}")
     if opts.k8s_version is not None:

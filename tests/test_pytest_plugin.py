@@ -194,7 +194,7 @@ _patches = pytest.MonkeyPatch()
 
 
 def pytest_configure(config):
-    _patches.setattr(fakegpu.cluster, "get_provider", lambda name: FakeProvider(),
+    _patches.setattr(fakegpu.cluster, "get_provider", lambda name, driver="fakegpu": FakeProvider(),
                      raising=False)
     # These runs test the plugin, not the host: state the prerequisites as present.
     _patches.setattr(prereq, "probe_host", lambda provider, version: prereq.HostFacts(
@@ -392,6 +392,19 @@ def test_keep_cluster_refuses_a_running_cluster_that_does_not_match(
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*cannot be reused: its topology is /elsewhere/other.yaml*"])
     assert ["up", "fakegpu-e2e", str(topology), None] not in _calls(pytester)
+
+
+def test_keep_cluster_refuses_a_running_cluster_of_another_driver(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    # issue 13: --fakegpu-driver nvidia never reuses a cluster whose plugins are fakegpu's.
+    topology = pytester.path / "topo.yaml"
+    _fake_setup(pytester, apiserver, running=str(topology))
+    pytester.makepyfile(test_e2e=E2E_TESTS)
+    result = _run(pytester, "--topology", str(topology), "--keep-cluster",
+                  "--fakegpu-driver", "nvidia")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*cannot be reused: its driver is gpu.fakegpu.dev, "
+                                 "not gpu.nvidia.com*"])
 
 
 def test_keep_cluster_refuses_a_cluster_with_nodes_not_ready(

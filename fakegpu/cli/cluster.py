@@ -53,6 +53,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="on failure keep everything for debugging (remove it with down)")
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="limit for each readiness wait (default: %(default)s)")
+    up.add_argument("--driver", choices=("fakegpu", "nvidia"), default="fakegpu",
+                    help="fakegpu: driver gpu.fakegpu.dev; nvidia: NVIDIA-compatible, driver "
+                         "gpu.nvidia.com with NVIDIA's DeviceClasses (gpu.nvidia.com, "
+                         "mig.nvidia.com) and nvidia.com/gpu (default: %(default)s)")
     name_arg(up)
     up.set_defaults(func=_up)
 
@@ -122,7 +126,8 @@ def _provider(args: argparse.Namespace, console: Console, *, retain: bool = Fals
     from fakegpu.cluster import get_provider
 
     return get_provider(getattr(args, "provider", "embedded"), console=console,
-                        timeout=float(getattr(args, "timeout", 180.0)), retain=retain)
+                        timeout=float(getattr(args, "timeout", 180.0)), retain=retain,
+                        driver=getattr(args, "driver", "fakegpu"))
 
 
 def _up(args: argparse.Namespace) -> int:

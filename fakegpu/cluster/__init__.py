@@ -17,30 +17,46 @@ if TYPE_CHECKING:
     from fakegpu.cluster.lifecycle import Lifecycle
 
 PROVIDERS = ("embedded", "kind")
+# `--driver`: the plugin's identity. nvidia: NVIDIA's driver name (gpu.nvidia.com), DeviceClasses
+# gpu.nvidia.com / mig.nvidia.com and extended resource nvidia.com/gpu, so NVIDIA's manifests
+# run unchanged; the plugin then acts as NVIDIA's does (docs/plugin.md).
+DRIVERS = {"fakegpu": "gpu.fakegpu.dev", "nvidia": "gpu.nvidia.com"}
+
+
+def driver_name(driver: str) -> str:
+    """``fakegpu`` or ``nvidia`` -> the DRA driver name the plugins register as."""
+    try:
+        return DRIVERS[driver]
+    except KeyError:
+        raise InvalidInput(f"unknown driver {driver!r} (known: {', '.join(DRIVERS)})") from None
 
 
 def get_provider(name: str = "embedded", *, console: Console | None = None,
-                 timeout: float | None = None, retain: bool = False) -> Lifecycle:
+                 timeout: float | None = None, retain: bool = False,
+                 driver: str = "fakegpu") -> Lifecycle:
     """The provider called ``name`` under the lifecycle; its module is imported only when
     asked for. ``timeout`` limits each readiness wait (kind waits at least 300 s: its nodes
-    pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed."""
+    pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed;
+    ``driver`` (``DRIVERS``) is who the plugins of a new cluster are."""
     from fakegpu.cluster.lifecycle import Lifecycle
     from fakegpu.cluster.process import WaitPolicy
 
     provider: Provider
+    dra_driver = driver_name(driver)
     if name == "embedded":
         from fakegpu.cluster.embedded import EmbeddedProvider
 
         policy = WaitPolicy(timeout=timeout) if timeout is not None else None
-        provider = EmbeddedProvider(console, policy=policy)
+        provider = EmbeddedProvider(console, policy=policy, driver=dra_driver)
     elif name == "kind":
         from fakegpu.cluster.kind.provider import KindProvider
 
         policy = WaitPolicy(timeout=max(timeout, 300.0)) if timeout is not None else None
-        provider = KindProvider(console, policy=policy)
+        provider = KindProvider(console, policy=policy, driver=dra_driver)
     else:
         raise InvalidInput(f"unknown cluster provider {name!r} (known: {', '.join(PROVIDERS)})")
     return Lifecycle(provider, console, retain=retain)
 
 
-__all__ = ["ClusterInfo", "Clusters", "NodeInfo", "Provider", "get_provider"]
+__all__ = ["DRIVERS", "ClusterInfo", "Clusters", "NodeInfo", "Provider", "driver_name",
+           "get_provider"]

@@ -1,0 +1,149 @@
+"""The capabilities file: what a driver declares it supports, and how a pod sees its devices.
+
+```yaml
+driver: gpu.example.com          # optional; must equal --driver when given
+deviceClass: gpu.example.com     # optional; the default of --device-class
+supports:                        # capability -> true/false (or its settings)
+  slices: true
+  nodeOwnedSlices: true
+  sliceWriteScope: {serviceAccount: driver-namespace/driver-sa}
+  prepare: true
+  sharedClaims: true
+  deviceStatus: true
+  prioritizedList: true
+  adminAccess: true
+  deviceTaints: true
+podSees:                         # optional: how a container sees its devices
+  env: NVIDIA_VISIBLE_DEVICES    # an environment variable listing them
+  attribute: uuid                # the device attribute each entry is
+  separator: ","
+```
+
+Without a file the core every DRA driver has is declared (``slices``, ``prepare``,
+``sharedClaims``) and nothing else. Bad input is one line naming the field (exit code 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fakegpu.errors import InvalidInput
+
+from .checks import CAPABILITIES
+
+DEFAULT_SUPPORTS = ("slices", "prepare", "sharedClaims")
+_TOP = ("driver", "deviceClass", "supports", "podSees")
+
+
+@dataclass(frozen=True)
+class PodSees:
+    env: str
+    attribute: str
+    separator: str = ","
+
+    def devices(self, env: Mapping[str, str]) -> list[str] | None:
+        """The entries of the variable in ``env`` (None when the variable is absent)."""
+        if self.env not in env:
+            return None
+        return [v for v in env[self.env].split(self.separator) if v]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    supports: dict[str, Any] = field(default_factory=dict)  # declared capabilities only
+    driver: str | None = None
+    device_class: str | None = None
+    pod_sees: PodSees | None = None
+    source: str = "(default)"
+
+    def declared(self, capability: str) -> bool:
+        return bool(self.supports.get(capability))
+
+    def setting(self, capability: str, key: str) -> str | None:
+        value = self.supports.get(capability)
+        if isinstance(value, Mapping) and isinstance(value.get(key), str):
+            return str(value[key])
+        return None
+
+
+def default() -> Capabilities:
+    return Capabilities(supports={c: True for c in DEFAULT_SUPPORTS})
+
+
+def parse(doc: Any, where: str) -> Capabilities:
+    if not isinstance(doc, Mapping):
+        raise InvalidInput(f"{where}: expected a mapping with {', '.join(_TOP)}")
+    unknown = sorted(set(doc) - set(_TOP))
+    if unknown:
+        raise InvalidInput(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(_TOP)})")
+    for key in ("driver", "deviceClass"):
+        if key in doc and not isinstance(doc[key], str):
+            raise InvalidInput(f"{where}: {key}: expected a string")
+    supports_doc = doc.get("supports") or {}
+    if not isinstance(supports_doc, Mapping):
+        raise InvalidInput(f"{where}: supports: expected a mapping of capability to true/false")
+    supports: dict[str, Any] = {}
+    for name, value in supports_doc.items():
+        if name not in CAPABILITIES:
+            raise InvalidInput(f"{where}: supports.{name}: unknown capability (known: "
+                               f"{', '.join(CAPABILITIES)})")
+        if not isinstance(value, bool | Mapping):
+            raise InvalidInput(f"{where}: supports.{name}: expected true, false or a mapping")
+        if value:
+            supports[str(name)] = dict(value) if isinstance(value, Mapping) else True
+    scope = supports.get("sliceWriteScope")
+    if isinstance(scope, dict):
+        account = scope.get("serviceAccount")
+        if not isinstance(account, str) or account.count("/") != 1:
+            raise InvalidInput(f"{where}: supports.sliceWriteScope.serviceAccount: expected "
+                               "NAMESPACE/NAME")
+    elif scope:
+        raise InvalidInput(f"{where}: supports.sliceWriteScope: expected "
+                           "{serviceAccount: NAMESPACE/NAME} (the driver's identity)")
+    return Capabilities(supports=supports, driver=doc.get("driver"),
+                        device_class=doc.get("deviceClass"),
+                        pod_sees=_pod_sees(doc.get("podSees"), where), source=where)
+
+
+def _pod_sees(doc: Any, where: str) -> PodSees | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise InvalidInput(f"{where}: podSees: expected a mapping with env, attribute")
+    for key in ("env", "attribute"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise InvalidInput(f"{where}: podSees.{key}: expected a non-empty string")
+    separator = doc.get("separator", ",")
+    if not isinstance(separator, str) or not separator:
+        raise InvalidInput(f"{where}: podSees.separator: expected a non-empty string")
+    return PodSees(env=doc["env"], attribute=doc["attribute"], separator=separator)
+
+
+def load(path: Path) -> Capabilities:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise InvalidInput(f"{path}: cannot read the capabilities file: {err.strerror}"
+                           ) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InvalidInput(f"{path}: not YAML: {str(err).splitlines()[0]}") from None
+    return parse(doc, str(path))
+
+
+def packaged(driver: str) -> Capabilities:
+    """What fakegpu's own plugin declares when it runs as ``driver``."""
+    from importlib import resources
+
+    name = "nvidia.yaml" if driver == "gpu.nvidia.com" else "fakegpu.yaml"
+    ref = resources.files("fakegpu.conformance").joinpath("capabilities", name)
+    doc = yaml.safe_load(ref.read_text())
+    doc["driver"] = driver
+    doc["deviceClass"] = driver
+    return parse(doc, f"fakegpu/conformance/capabilities/{name}")

@@ -1,0 +1,46 @@
+"""What the suite reads about the cluster under test: its release and its feature gates.
+
+Gates come from the apiserver's ``kubernetes_feature_enabled`` metric (every release the
+suite supports has it); where /metrics cannot be read, gates are unknown and gated checks run
+(what the driver declares decides).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fakegpu.kube import api as kubeapi
+
+_GATE = re.compile(r'^kubernetes_feature_enabled\{name="([A-Za-z0-9]+)",stage="([A-Z]*)"\}'
+                   r"\s+([01])\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    version: str  # gitVersion, e.g. v1.35.1
+    resource_api: str  # the resource.k8s.io version served, e.g. v1
+    gates: dict[str, bool] = field(default_factory=dict)  # empty: unknown
+    gates_note: str = ""  # why gates are unknown
+
+    def gate(self, name: str) -> bool | None:
+        return self.gates.get(name) if self.gates else None
+
+
+def parse_gates(metrics: str) -> dict[str, bool]:
+    """Feature gate -> enabled, from the Prometheus text of an apiserver's /metrics."""
+    return {m.group(1): m.group(3) == "1" for m in _GATE.finditer(metrics)}
+
+
+def read_facts(api: Any) -> ClusterFacts:
+    version = str(kubeapi.get_json(api, "/version").get("gitVersion", "unknown"))
+    resource_api = kubeapi.resource_version(api)
+    try:
+        text = kubeapi.get(api, "/metrics", timeout=30).decode(errors="replace")
+    except kubeapi.ERRORS as err:
+        return ClusterFacts(version, resource_api, {},
+                            f"gates unknown: /metrics not readable ({str(err).splitlines()[0]})")
+    gates = parse_gates(text)
+    note = "" if gates else "gates unknown: /metrics has no kubernetes_feature_enabled"
+    return ClusterFacts(version, resource_api, gates, note)

@@ -1,0 +1,83 @@
+"""Device taints from the cluster's side: a DeviceTaintRule keeps new claims off a device,
+and a claim that tolerates the taint gets it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client as kclient
+
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP
+from fakegpu.testkit import k8s
+from fakegpu.testkit.dra import ResourceApi, pod_claim_name
+from fakegpu.testkit.wait import NotYet, wait_for
+
+from . import kit
+from .target import Target
+
+TAINT = {"key": "conformance.fakegpu.dev/probe", "value": "taint-rule", "effect": "NoSchedule"}
+CANNOT_ALLOCATE = "cannot allocate all claims"
+
+
+def _rule_version(api: Any) -> str | None:
+    """The newest resource.k8s.io version serving devicetaintrules (None: none does)."""
+    for version in ("v1", "v1beta2", "v1beta1", "v1alpha3"):
+        try:
+            doc = kubeapi.get_json(api, f"/apis/{GROUP}/{version}")
+        except kubeapi.ERRORS:
+            continue
+        if any(r.get("name") == "devicetaintrules" for r in doc.get("resources") or ()):
+            return version
+    return None
+
+
+def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
+                                                core: kclient.CoreV1Api, rapi: ResourceApi,
+                                                ns: str) -> None:
+    if target.facts.gate("DRADeviceTaints") is False:
+        pytest.skip(f"not applicable: feature gate DRADeviceTaints is off on "
+                    f"{target.facts.version}")
+    version = _rule_version(kube)
+    if version is None:
+        pytest.skip(f"not applicable: {target.facts.version} serves no DeviceTaintRule")
+    node, devices = sorted(kit.node_devices(rapi, target).items())[0]
+    device = devices[-1]
+    rules = ResourceApi(kube, version)
+    name = f"conf-{uuid.uuid4().hex[:8]}"
+    rules.create("devicetaintrules", {"kind": "DeviceTaintRule", "metadata": {"name": name},
+                                      "spec": {"deviceSelector": {
+                                          "driver": target.driver, "pool": device["pool"],
+                                          "device": device["name"]}, "taint": TAINT}})
+    try:
+        pinned = [kit.selector_for(rapi, target, device)]
+        plain = kit.request(rapi, "dev", target.device_class, cel=pinned)
+        rapi.create("resourceclaimtemplates", rapi.claim_template("plain", [plain]), ns)
+        kit.create_pod(core, ns, kit.pod("kept-off", target.image,
+                                         {"dev": {"resourceClaimTemplateName": "plain"}}))
+
+        def refused() -> None:
+            pod: Any = k8s.read_pod(core, ns, "kept-off")
+            cond = k8s.pod_condition(pod, "PodScheduled")
+            if cond is None or cond.status != "False" or CANNOT_ALLOCATE not in (
+                    cond.message or ""):
+                raise NotYet(f"PodScheduled: {cond}")
+
+        wait_for(refused, what=f"the scheduler to keep a claim off tainted {device['name']}",
+                 timeout=120)
+
+        tolerant = kit.request(rapi, "dev", target.device_class, cel=pinned, tolerations=[
+            {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}])
+        rapi.create("resourceclaimtemplates", rapi.claim_template("tolerant", [tolerant]), ns)
+        kit.create_pod(core, ns, kit.pod("tolerates", target.image,
+                                         {"dev": {"resourceClaimTemplateName": "tolerant"}}))
+        pod: Any = k8s.wait_pod_running(core, ns, "tolerates")
+        assert pod.spec.node_name == node
+        claim = rapi.claim(ns, pod_claim_name(pod, "dev"))
+        got = kit.allocated(rapi, target, claim)
+        assert [(d["pool"], d["name"]) for d in got] == [(device["pool"], device["name"])]
+        kit.assert_sees(core, target, ns, "tolerates", got)
+    finally:
+        rules.delete("devicetaintrules", name)
