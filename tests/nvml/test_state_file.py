@@ -81,26 +81,27 @@ def test_corrupt_dynamic_record_answers_unknown(tmp_path: Path, field: str, valu
             setattr(gi, field, value)
 
     proc = subprocess.Popen([sys.executable, "-c", CORRUPT], env=dict(os.environ, **env.env(path)),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
     patch_dynamic(path, 0, edit)
-    out, _ = proc.communicate("\n", timeout=60)
-    assert proc.returncode == 0
+    out, err = proc.communicate("\n", timeout=60)
+    assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == {
         "capacity": UNKNOWN, "create": UNKNOWN, "name": UNKNOWN, "handle": UNKNOWN,
         "other_gpu": 0}
 
 
-# A client that keeps calling while the file is vandalised; it reports the codes it saw.
+# A client that keeps calling while the file is vandalised, until told to stop; it reports
+# the codes it saw and, allowing its 100 ms re-check of the path, what it answers at the end.
 LOOP = """
-import json, sys, time, pynvml as n
+import json, os, sys, time, pynvml as n
 n.nvmlInit()
 h = n.nvmlDeviceGetHandleByIndex(0)
 codes = {}
 sys.stdout.write("ready\\n"); sys.stdout.flush()
-deadline = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < deadline:
+while not os.path.exists(sys.argv[1]):
     try:
         n.nvmlDeviceGetMigMode(h); n.nvmlDeviceGetMemoryInfo(h); n.nvmlDeviceGetName(h)
         n.nvmlDeviceGetCount()
@@ -108,24 +109,29 @@ while time.monotonic() < deadline:
     except n.NVMLError as e:
         code = e.value
     codes[code] = codes.get(code, 0) + 1
-try:
-    last = n.nvmlDeviceGetName(h)
-except n.NVMLError as e:
-    last = e.value
+for _ in range(50):
+    try:
+        last = n.nvmlDeviceGetName(h)
+        break
+    except n.NVMLError as e:
+        last = e.value
+        time.sleep(0.05)
 print(json.dumps({"codes": codes, "last": last}))
 """
 
 
-def start_loop(path: Path, seconds: float) -> subprocess.Popen[str]:
+def start_loop(path: Path, stop: Path) -> subprocess.Popen[str]:
     environ = dict(os.environ, **env.env(path))
-    proc = subprocess.Popen([sys.executable, "-c", LOOP, str(seconds)], env=environ,
+    proc = subprocess.Popen([sys.executable, "-c", LOOP, str(stop)], env=environ,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     return proc
 
 
-def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+def finish(proc: subprocess.Popen[str], stop: Path) -> dict[str, Any]:
+    stop.touch()
     out, err = proc.communicate(timeout=60)
+    stop.unlink()
     assert proc.returncode == 0, f"client died with {proc.returncode}: {err}"
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -137,20 +143,23 @@ def test_truncate_and_copy_over_live_file(tmp_path: Path) -> None:
     path = render_node(tmp_path, topo, topo.nodes[0].name)
     other = state.render(topology("hgx-h200"), "hgx-h200-0", tmp_path / "other.state")
     saved = tmp_path / "saved.state"
+    stop = tmp_path / "stop"
     shutil.copyfile(path, saved)
-    proc = start_loop(path, 3.0)
+    proc = start_loop(path, stop)
     for _ in range(20):
         os.truncate(path, 0)
         time.sleep(0.02)
         shutil.copyfile(saved, path)  # in place: same node again, the client continues
         time.sleep(0.02)
-    got = finish(proc)
-    assert set(got["codes"]) <= {"0", str(GPU_IS_LOST)}
+    got = finish(proc, stop)
+    # it called while the file was truncated (the guard answered) and survived it
+    assert set(got["codes"]) == {"0", str(GPU_IS_LOST)}
     assert got["last"] == topo.nodes[0].gpus[0].product.name
 
-    proc = start_loop(path, 1.0)
+    proc = start_loop(path, stop)
     shutil.copyfile(other, path)  # another node's file in place: the GPUs are gone
-    got = finish(proc)
+    time.sleep(0.3)
+    got = finish(proc, stop)
     assert got["last"] == GPU_IS_LOST
 
 
@@ -166,6 +175,7 @@ before = n.nvmlDeviceGetMigMode(h)[0]
 sys.stdout.write("ready\\n"); sys.stdout.flush()
 sys.stdin.readline()
 after = n.nvmlDeviceGetMigMode(h)[0]
+sys.stdout.write("moved\\n"); sys.stdout.flush()
 sys.stdin.readline()
 try:
     lost = n.nvmlDeviceGetName(h)
@@ -175,7 +185,8 @@ print(json.dumps([before, after, lost]))
 """
     environ = dict(os.environ, **env.env(path))
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=environ,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
     # the same node re-rendered with MIG on: the client follows the new file
@@ -192,11 +203,13 @@ print(json.dumps([before, after, lost]))
     os.close(old_fd)
     proc.stdin.write("\n")
     proc.stdin.flush()
+    assert proc.stdout.readline() == "moved\n"  # before the next render, not after it
     # now another node's file at the path: GPU_IS_LOST, not the other node's GPU
     state.render(topology("hgx-h200"), "hgx-h200-0", path)
     proc.stdin.write("\n")
     proc.stdin.flush()
-    out, _ = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == [0, 1, GPU_IS_LOST]
 
 
