@@ -272,6 +272,7 @@ def test_non_root_reader(request: pytest.FixtureRequest) -> None:
     proc = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
          READER], env=environ, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["mig"] == [1, 1]
 
 
