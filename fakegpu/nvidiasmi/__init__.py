@@ -1,9 +1,9 @@
 """A small ``nvidia-smi`` (C, on NVML) for pods and nodes of fake GPUs.
 
 ``path()`` gives the executable, built on first use (like the NVML library) from
-``csrc/nvidia-smi.c`` against NVIDIA's nvml.h and fakegpu's ``libnvidia-ml.so.1``; it loads
-whatever ``libnvidia-ml.so.1`` the loader finds at run time, as NVIDIA's does, so it shows
-exactly the GPUs that library shows.
+``csrc/nvidia-smi.c`` and the fake NVML's sources, linked **statically**: it runs in any
+container, a busybox one without a C library included, and shows what fakegpu's NVML shows
+for ``FAKEGPU_NVML_STATE`` and ``FAKEGPU_NVML_VISIBLE`` (the claim's view).
 """
 
 from __future__ import annotations
@@ -25,31 +25,50 @@ CFLAGS = ["-std=gnu11", "-O2", "-g0", "-Wall", "-Wextra", "-Werror"]
 
 def build(out_dir: Path) -> Path:
     """Compile ``out_dir/nvidia-smi`` (replaced atomically) and return its path."""
-    from fakegpu.nvml import env
-    from fakegpu.nvml.build import BuildError, find_header
+    from fakegpu.nvml import build as nvml_build
 
     cc = os.environ.get("CC", "gcc")
     if shutil.which(cc) is None:
         raise MissingPrerequisite(f"cannot build {NAME}: C compiler {cc!r} not found")
     try:
-        header = find_header()
-    except BuildError as err:
+        header = nvml_build.find_header()
+    except nvml_build.BuildError as err:
         raise MissingPrerequisite(f"cannot build {NAME}: {err}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
-    staged = out_dir / f".{NAME}.{os.getpid()}.tmp"
-    proc = subprocess.run([cc, *CFLAGS, f"-I{header.parent}", str(SOURCE), "-o", str(staged),
-                           f"-L{env.libdir()}", "-l:libnvidia-ml.so.1"],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        staged.unlink(missing_ok=True)
-        raise MissingPrerequisite(f"cannot build {NAME}: {proc.stderr.strip()[-500:]}")
+    flags = [*CFLAGS, "-pthread", f"-I{header.parent}", f"-I{nvml_build.CSRC}"]
+    with tempfile.TemporaryDirectory(prefix="fakegpu-nvidia-smi-") as tmp:
+        objects = []
+        for src in (*nvml_build.sources(), SOURCE):
+            obj = Path(tmp) / f"{src.stem}.o"
+            # The library's own sources define the unversioned names too (its build flag).
+            extra = ["-DNVML_NO_UNVERSIONED_FUNC_DEFS"] if src != SOURCE else []
+            _cc([cc, *flags, *extra, "-c", str(src), "-o", str(obj)])
+            objects.append(str(obj))
+        staged = out_dir / f".{NAME}.{os.getpid()}.tmp"
+        _cc([cc, "-static", "-pthread", "-o", str(staged), *objects])
     final = out_dir / NAME
     os.replace(staged, final)
     return final
 
 
+def _cc(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise MissingPrerequisite(f"cannot build {NAME}: {proc.stderr.strip()[-500:]}")
+
+
+def _sources() -> list[Path]:
+    from fakegpu.nvml import build as nvml_build
+
+    csrc = nvml_build.CSRC
+    return [SOURCE, *csrc.glob("*.c"), *csrc.glob("*.h")]
+
+
 def _stale(binary: Path) -> bool:
-    return not binary.is_file() or binary.stat().st_mtime < SOURCE.stat().st_mtime
+    if not binary.is_file():
+        return True
+    built = binary.stat().st_mtime
+    return any(src.stat().st_mtime > built for src in _sources())
 
 
 def path() -> Path:

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "fakegpu.h"
+#include "visible.h"
 
 #define FG_BANKS 64u  /* a handle aliases again only after 64 switches of node */
 #define FG_SLOT 16u   /* bytes per handle: keeps them aligned like real structs */
@@ -98,14 +99,15 @@ nvmlReturn_t fg_device_any(nvmlDevice_t h, struct fg_ref *ref)
 {
     long i = slot_of(h, OFF_DEV, N_DEV);
     if (i >= 0) {
-        if ((unsigned)i >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+        if ((unsigned)i >= fg_gpu_count || !fg_view_shows((uint32_t)i))
+            return NVML_ERROR_INVALID_ARGUMENT;
         *ref = (struct fg_ref){(uint32_t)i, FG_NO_GPU, FG_NO_GPU, 0};
         return NVML_SUCCESS;
     }
     i = slot_of(h, OFF_MIG, N_MIG);
     if (i < 0) return NVML_ERROR_INVALID_ARGUMENT;
     uint32_t gpu = (uint32_t)i / (FGS_MAX_GIS * FGS_MAX_CIS);
-    if (gpu >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpu >= fg_gpu_count || !fg_view_shows(gpu)) return NVML_ERROR_INVALID_ARGUMENT;
     *ref = (struct fg_ref){gpu, ((uint32_t)i / FGS_MAX_CIS) % FGS_MAX_GIS,
                            (uint32_t)i % FGS_MAX_CIS, 1};
     return NVML_SUCCESS;

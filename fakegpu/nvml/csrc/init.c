@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "fakegpu.h"
+#include "visible.h"
 
 static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int init_refs = 0;
@@ -36,6 +37,7 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
     pthread_mutex_lock(&init_mutex);
     if (init_refs == 0) {
         rc = fg_store_open();
+        if (rc == NVML_SUCCESS) fg_view_open(); /* FAKEGPU_NVML_VISIBLE: a container's GPUs */
         if (rc == NVML_SUCCESS && fg_gpu_count == 0 && !(flags & NVML_INIT_FLAG_NO_GPUS)) {
             fg_debug("the state file describes no GPUs (use NVML_INIT_FLAG_NO_GPUS)");
             fg_store_close();
@@ -167,7 +169,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
     FG_CHECK_INIT();
     FG_CHECK_PTR(deviceCount);
-    *deviceCount = fg_gpu_count;
+    *deviceCount = fg_view_count();
     return NVML_SUCCESS;
 }
 
@@ -176,6 +178,7 @@ nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGe
 static nvmlReturn_t hand_out(uint32_t gpu, nvmlDevice_t *device)
 {
     struct fgs_gpu_dynamic d;
+    if (!fg_view_shows(gpu)) return NVML_ERROR_NOT_FOUND; /* outside the container's view */
     FG_TRY(fg_read_dyn(gpu, &d));
     if (d.lost) return NVML_ERROR_GPU_IS_LOST;
     *device = fg_device_handle(gpu);
@@ -186,8 +189,9 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 {
     FG_CHECK_INIT();
     FG_CHECK_PTR(device);
-    if (index >= fg_gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
-    return hand_out(index, device);
+    uint32_t gpu;
+    if (!fg_view_gpu(index, &gpu)) return NVML_ERROR_INVALID_ARGUMENT;
+    return hand_out(gpu, device);
 }
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
@@ -209,7 +213,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
             nvmlReturn_t rc = fg_read_dyn(i, &d);
             if (rc == NVML_ERROR_UNKNOWN) continue; /* a corrupt GPU holds no MIG device */
             if (rc != NVML_SUCCESS) return rc;
-            if (!d.mig_current) continue;
+            if (!d.mig_current || !fg_view_shows(i)) continue;
             for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
                 if (!d.gis[g].active) continue;
                 for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {

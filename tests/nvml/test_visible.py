@@ -1,0 +1,80 @@
+"""FAKEGPU_NVML_VISIBLE: the NVML view of a container's GPUs (csrc/visible.c, issue 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakegpu.nvml.env import ensure_state, env
+from fakegpu.paths import repo_fixtures_dir
+from fakegpu.testkit.gpus import read_node_gpus
+from fakegpu.topology.load import load_topology
+
+pytestmark = pytest.mark.integration
+
+_READ = r"""
+import json, sys, pynvml as n
+n.nvmlInit()
+out = {"count": n.nvmlDeviceGetCount(), "gpus": [], "hidden": {}}
+for i in range(out["count"]):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    out["gpus"].append([n.nvmlDeviceGetUUID(h), n.nvmlDeviceGetIndex(h),
+                        n.nvmlDeviceGetMinorNumber(h)])
+for uuid in sys.argv[1:]:
+    try:
+        n.nvmlDeviceGetHandleByUUID(uuid)
+        out["hidden"][uuid] = "found"
+    except n.NVMLError as e:
+        out["hidden"][uuid] = str(e)
+print(json.dumps(out))
+"""
+
+
+def _read(state: Path, visible: str | None, *probe: str) -> dict[str, object]:
+    extra = {} if visible is None else {"FAKEGPU_NVML_VISIBLE": visible}
+    out = subprocess.run([sys.executable, "-c", _READ, *probe],
+                         env={**os.environ, **env(state), **extra}, capture_output=True,
+                         text=True, timeout=60, check=True)
+    return dict(json.loads(out.stdout))
+
+
+@pytest.fixture(scope="module")
+def dgx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    topology = load_topology(repo_fixtures_dir() / "dgx-h100.yaml")
+    return ensure_state(topology, "dgx-h100-0", tmp_path_factory.mktemp("v") / "n.state")
+
+
+def test_a_view_shows_exactly_the_listed_gpus_renumbered(dgx: Path) -> None:
+    gpus = read_node_gpus(dgx)
+    chosen = [gpus[5], gpus[2]]  # listed out of order: the node's order is kept
+    seen = _read(dgx, ",".join(g.uuid for g in chosen), gpus[0].uuid)
+    assert seen["count"] == 2
+    assert seen["gpus"] == [[gpus[2].uuid, 0, gpus[2].minor], [gpus[5].uuid, 1, gpus[5].minor]]
+    assert seen["hidden"] == {gpus[0].uuid: "Not Found"}
+
+
+@pytest.mark.parametrize("visible", [None, "", "all"])
+def test_without_a_view_every_gpu_is_there(dgx: Path, visible: str | None) -> None:
+    gpus = read_node_gpus(dgx)
+    seen = _read(dgx, visible)
+    assert seen["gpus"] == [[g.uuid, g.index, g.minor] for g in gpus]
+
+
+def test_a_mig_device_shows_its_gpu(tmp_path: Path) -> None:
+    topology = load_topology(repo_fixtures_dir() / "partitioning.yaml")
+    node = next(n for n in topology.nodes if any(g.mig.enabled for g in n.gpus))
+    state = ensure_state(topology, node.name, tmp_path / "mig.state")
+    from fakegpu.nvidiasmi import path as smi
+
+    listed = subprocess.run([str(smi()), "-L"], env={**os.environ, **env(state)},
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    parent = listed.splitlines()[0]
+    mig = next(line for line in listed.splitlines() if "MIG-" in line).split("UUID: ")[1][:-1]
+    seen = _read(state, mig)
+    assert seen["count"] == 1
+    assert parent.endswith(f"(UUID: {seen['gpus'][0][0]})")  # type: ignore[index]
