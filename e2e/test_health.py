@@ -1,0 +1,74 @@
+"""Device health in pod status (KEP-4680): a GPU fault shows ``Unhealthy`` in the status of
+the pod using that GPU (``status.containerStatuses[].allocatedResourcesStatus``), clearing it
+shows ``Healthy`` again. The kubelet fills that field from the driver's DRAResourceHealth
+stream, only with its ResourceHealthStatus feature gate on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client as kclient
+
+from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.testkit import faults, k8s
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocation_results,
+    pod_claim_name,
+    pod_manifest,
+    slice_device,
+)
+
+pytestmark = pytest.mark.e2e
+
+GATE = "ResourceHealthStatus"
+GATE_ON_BY_DEFAULT_FROM = 36  # alpha before 1.36, beta (on) from 1.36
+
+
+def kubelet_gate(core: kclient.CoreV1Api, api: Any, node: str) -> bool:
+    """Whether the node's kubelet runs with the gate on: its /configz through the apiserver."""
+    raw: Any = core.connect_get_node_proxy_with_path(node, "configz", _preload_content=False)
+    config = json.loads(raw.data).get("kubeletconfig") or {}
+    gates = config.get("featureGates") or {}
+    if GATE in gates:
+        return bool(gates[GATE])
+    minor = int("".join(c for c in kclient.VersionApi(api).get_code().minor if c.isdigit()))
+    return minor >= GATE_ON_BY_DEFAULT_FROM
+
+
+def test_a_fault_shows_unhealthy_in_pod_status_and_clearing_it_healthy(
+    fakegpu_cluster: ClusterInfo,
+    k8s_client: Any,
+    core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi,
+    namespace: str,
+    fault_guard: list[tuple[str, int]],
+) -> None:
+    driver = fakegpu_cluster.driver_name
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "one", [resource_api.device_request("gpu", driver)]), namespace)
+    k8s.create_pod(core_v1, namespace, pod_manifest(
+        "watched", fakegpu_cluster.workload_image, ["sleep", "3600"],
+        [PodClaim("gpu", template="one")]))
+    pod: Any = k8s.wait_pod_running(core_v1, namespace, "watched")
+    node = pod.spec.node_name
+    if not kubelet_gate(core_v1, k8s_client, node):
+        pytest.skip(f"the kubelet of {node} runs without the {GATE} feature gate: it does not "
+                    "open the health stream nor fill allocatedResourcesStatus")
+    [result] = allocation_results(resource_api.claim(namespace, pod_claim_name(pod, "gpu")),
+                                  driver)
+    entry = slice_device(resource_api.slices(driver, node), result["pool"], result["device"])
+    assert entry is not None, result
+    index = faults.gpu_index(fakegpu_cluster, node, entry["attributes"]["uuid"]["string"])
+
+    before = k8s.wait_device_health(core_v1, namespace, "watched", "Healthy")
+    assert len(k8s.device_health(before)) == 1, k8s.device_health(before)
+    faults.inject(fakegpu_cluster, node, index, "xid", 79)
+    fault_guard.append((node, index))
+    k8s.wait_device_health(core_v1, namespace, "watched", "Unhealthy")
+    faults.clear(fakegpu_cluster, node, index)
+    k8s.wait_device_health(core_v1, namespace, "watched", "Healthy")
