@@ -485,6 +485,12 @@ def start_plugin(
 ) -> ProcessRecord:
     env = dict(os.environ)
     env.update(nvml_env)
+    # NVML and nvidia-smi inside prepared containers (plugin/nvmlmounts.py): a host process's
+    # paths are the node's. nvidia-smi is built here, not during the first prepare.
+    from fakegpu import nvidiasmi
+
+    nvidiasmi.path()
+    env[nvidiasmi.CDI_ENV] = "1"
     return spawn(f"plugin/{layout.name}", [
         sys.executable, "-m", "fakegpu", "plugin", "run",
         "--node-name", layout.name,

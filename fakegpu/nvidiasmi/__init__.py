@@ -18,6 +18,9 @@ from pathlib import Path
 from fakegpu.errors import MissingPrerequisite
 
 NAME = "nvidia-smi"
+# In a plugin's environment: mount NVML, this tool and the claim's view into prepared containers
+# (fakegpu.plugin.nvmlmounts); set by a provider whose plugin paths are the node's.
+CDI_ENV = "FAKEGPU_CDI_NVML"
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "csrc" / "nvidia-smi.c"
 CFLAGS = ["-std=gnu11", "-O2", "-g0", "-Wall", "-Wextra", "-Werror"]

@@ -1,0 +1,86 @@
+"""GPUs inside containers as NVIDIA's driver gives them (issue 13): a prepared claim's CDI
+spec mounts fakegpu's NVML and ``nvidia-smi`` into the container, with a read-only view of
+exactly the claim's devices.
+
+- the node's NVML state file, read-only, at ``STATE`` (``FAKEGPU_NVML_STATE``), and
+  ``FAKEGPU_NVML_VISIBLE`` = the claim's UUIDs: NVML in the container shows only those GPUs
+  (``fakegpu/nvml/csrc/visible.c``);
+- ``nvidia-smi`` (``fakegpu.nvidiasmi``: static, so any image runs it) at ``SMI``;
+- the fake ``libnvidia-ml.so.1`` at ``LIBRARY``, where glibc images' loaders find it, for
+  pynvml and other NVML clients in the container.
+
+Only where the plugin's paths are the node's (the embedded provider: the plugin is a host
+process), so the provider opts in with ``ENABLE_ENV=1`` in the plugin's environment; a plugin
+in a pod (kind) leaves the spec as before, since its paths would not exist on the node.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fakegpu.nvidiasmi import CDI_ENV as ENABLE_ENV
+
+STATE = "/run/fakegpu/nvml.state"
+SMI = "/usr/bin/nvidia-smi"
+LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+_RO = ["ro", "nosuid", "nodev", "bind"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NvmlMounts:
+    state: Path
+    smi: Path
+    library: Path
+
+
+def from_env(environ: dict[str, str] | None = None) -> NvmlMounts | None:
+    """The host paths to mount, when the provider opted in and the node has fake NVML; None
+    otherwise (a failed build of nvidia-smi is logged once and leaves the specs as before)."""
+    env = dict(os.environ if environ is None else environ)
+    if env.get(ENABLE_ENV) != "1":
+        return None
+    from fakegpu.nvml.env import STATE_ENV
+
+    state = env.get(STATE_ENV)
+    if not state:
+        return None
+    try:
+        from fakegpu import nvidiasmi
+        from fakegpu.nvml.env import library_path
+
+        return NvmlMounts(state=Path(state), smi=nvidiasmi.path(), library=library_path())
+    except Exception as err:  # the claim still runs, only without the tools inside
+        log.error("NVML in containers disabled: %s", err)
+        return None
+
+
+@functools.cache
+def configured() -> NvmlMounts | None:
+    """``from_env()`` of this process, decided once (the environment does not change)."""
+    return from_env()
+
+
+def container_edits(mounts: NvmlMounts, uuids: list[str]) -> dict[str, Any]:
+    """The claim-wide CDI edits: the view's environment and the read-only mounts."""
+    return {
+        "env": [f"FAKEGPU_NVML_STATE={STATE}", f"FAKEGPU_NVML_VISIBLE={','.join(uuids)}"],
+        "mounts": [{"hostPath": str(host), "containerPath": inside, "options": list(_RO)}
+                   for host, inside in ((mounts.state, STATE), (mounts.smi, SMI),
+                                        (mounts.library, LIBRARY))],
+    }
+
+
+def merge(edits: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``edits`` (a spec's containerEdits) with ``extra``'s env and mounts appended."""
+    out = dict(edits)
+    for key in ("env", "mounts"):
+        if extra.get(key):
+            out[key] = [*(edits.get(key) or ()), *extra[key]]
+    return out
