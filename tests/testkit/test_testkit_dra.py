@@ -107,3 +107,45 @@ def test_shipped_device_classes_parse() -> None:
     shipped = yaml.safe_dump_all(device_classes(Install(driver="gpu.fakegpu.dev")))
     names = {o["metadata"]["name"] for o in load_manifests(shipped)}
     assert "gpu.fakegpu.dev" in names
+
+
+def test_tolerations_admin_access_and_first_available_shapes() -> None:
+    from fakegpu.testkit.dra import cel_match, first_available, subrequest, toleration
+
+    tol = toleration("gpu.fakegpu.dev/xid", "NoSchedule")
+    assert tol == {"key": "gpu.fakegpu.dev/xid", "operator": "Exists", "effect": "NoSchedule"}
+    assert toleration("k", value="v") == {"key": "k", "operator": "Equal", "value": "v"}
+    v1 = device_request("v1", "gpu", "c", tolerations=[tol], admin_access=True)
+    assert v1["exactly"]["tolerations"] == [tol] and v1["exactly"]["adminAccess"] is True
+    flat = device_request("v1beta1", "gpu", "c", tolerations=[tol], admin_access=True)
+    assert flat["tolerations"] == [tol] and flat["adminAccess"] is True
+    assert "adminAccess" not in device_request("v1", "gpu", "c")["exactly"]
+    choice = first_available("v1", "gpu", [subrequest("big", "c", cel=["true"]),
+                                           subrequest("small", "c", count=2)])
+    assert choice == {"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 1,
+         "selectors": [{"cel": {"expression": "true"}}]},
+        {"name": "small", "deviceClassName": "c", "allocationMode": "ExactCount", "count": 2}]}
+    assert cel_match("d", "uuid", "GPU-1") == "device.attributes['d'].uuid == 'GPU-1'"
+    assert cel_match("d", "minor", 3) == "device.attributes['d'].minor == 3"
+    assert cel_match("d", "shared", True) == "device.attributes['d'].shared == true"
+
+
+def test_slice_device_and_device_health_read_what_the_apiserver_returns() -> None:
+    from fakegpu.testkit.dra import slice_device
+    from fakegpu.testkit.k8s import device_health
+
+    slices = [{"spec": {"pool": {"name": "n1"}, "devices": [
+                  {"name": "gpu-0", "taints": [{"key": "k", "effect": "NoSchedule"}]}]}},
+              {"spec": {"pool": {"name": "n2"}, "devices": [
+                  {"name": "gpu-0", "basic": {"attributes": {"uuid": {"string": "U"}}}}]}}]
+    assert slice_device(slices, "n1", "gpu-0") == {
+        "name": "gpu-0", "taints": [{"key": "k", "effect": "NoSchedule"}]}
+    assert slice_device(slices, "n2", "gpu-0") == {
+        "name": "gpu-0", "attributes": {"uuid": {"string": "U"}}}
+    assert slice_device(slices, "n3", "gpu-0") is None
+    pod = {"status": {"containerStatuses": [{"allocatedResourcesStatus": [
+        {"name": "claim:c/gpu", "resources": [{"resourceID": "d/gpu=u-gpu-0",
+                                               "health": "Unhealthy"}]}]}]}}
+    assert device_health(pod) == {"d/gpu=u-gpu-0": "Unhealthy"}
+    assert device_health({"status": {}}) == {}
