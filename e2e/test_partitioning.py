@@ -479,6 +479,13 @@ def test_mps_from_the_class_with_a_claim_override_per_request(
         assert device_env(env, a, "MPS_PINNED_DEVICE_MEMORY_LIMIT") is None
         assert device_env(env, b, "MPS_ACTIVE_THREAD_PERCENTAGE") == "70"  # the claim's
         assert device_env(env, b, "MPS_PINNED_DEVICE_MEMORY_LIMIT") == "2Gi"
+        # The claim's MPS control daemon stand-in, mounted where NVIDIA's daemon's dirs are.
+        assert env.get("CUDA_MPS_LOG_DIRECTORY") == "/var/log/nvidia-mps"
+        log = k8s.exec_in_pod(core_v1, namespace, "mps-pod",
+                              ["cat", "/var/log/nvidia-mps/control.log"]).stdout
+        lines = {ln.split()[1]: ln for ln in log.splitlines() if ln.startswith("device ")}
+        assert "active_thread_percentage=20 " in lines[a], log
+        assert lines[b].endswith("active_thread_percentage=70 pinned_device_memory_limit=2Gi")
     finally:
         resource_api.delete("deviceclasses", cls)
 

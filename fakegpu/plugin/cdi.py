@@ -41,7 +41,9 @@ def _env_name(device_name: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", device_name.upper())
 
 
-def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
+def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dict[str, Any]:
+    """The claim's CDI spec. ``mps_dir``: the claim's MPS stand-in directory (``pipe/``,
+    ``log/``), mounted where NVIDIA's MPS daemon's pipes and fakegpu's stand-in log appear."""
     uuids = ",".join(d.device.uuid for d in plan.devices)
     claim_env = [f"NVIDIA_VISIBLE_DEVICES={uuids}",
                  f"FAKEGPU_CLAIM={plan.ref.namespace}/{plan.ref.name}",
@@ -64,8 +66,16 @@ def build_spec(driver: str, plan: ClaimPlan) -> dict[str, Any]:
                   if alloc.sharing is not None else ()),
             ]},
         })
-    return {"cdiVersion": CDI_VERSION, "kind": kind(driver),
-            "containerEdits": {"env": claim_env}, "devices": devices}
+    edits: dict[str, Any] = {"env": claim_env}
+    if mps_dir is not None:
+        claim_env.append(f"CUDA_MPS_LOG_DIRECTORY={sharing.MPS_LOG_DIRECTORY}")
+        edits["mounts"] = [
+            {"hostPath": str(mps_dir / sub), "containerPath": where,
+             "options": ["rw", "nosuid", "nodev", "bind"]}
+            for sub, where in (("pipe", sharing.MPS_PIPE_DIRECTORY),
+                               ("log", sharing.MPS_LOG_DIRECTORY))]
+    return {"cdiVersion": CDI_VERSION, "kind": kind(driver), "containerEdits": edits,
+            "devices": devices}
 
 
 def stage_spec(cdi_root: Path, filename: str, spec: dict[str, Any]) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from fakegpu import fsutil
 from fakegpu.errors import FakegpuError
 
 from . import cdi, checkpoint, names, sharing
@@ -131,6 +133,9 @@ class Driver:
                     if not names.problem(uid) and not self._records.path(uid).exists():
                         spec.unlink(missing_ok=True)
                         log.info("removed a CDI spec no prepared claim refers to: %s", spec)
+                for mps in sorted((self.cfg.state_dir / "mps").glob("*")):
+                    if not self._records.path(mps.name).exists():  # a killed call's stand-in
+                        shutil.rmtree(mps, ignore_errors=True)
                 if self._mig is not None:  # MIG instances a killed prepare/unprepare left
                     self._mig.reconcile(d.device_name for c in self._records.all().values()
                                         for d in c.devices)
@@ -207,7 +212,25 @@ class Driver:
             raise
         return replace(plan, devices=tuple(made))
 
+    def _mps_dir(self, uid: str) -> Path:
+        return self.cfg.state_dir / "mps" / uid
+
+    def _mps_start(self, plan: ClaimPlan) -> Path | None:
+        """The claim's MPS control daemon stand-in: its pipe and log directories (mounted into
+        the container) and the log of its settings; None when no device of it uses MPS."""
+        devices = sharing.mps_devices([(d.device.name, d.device.uuid, d.sharing)
+                                       for d in plan.devices])
+        if not devices:
+            return None
+        path = self._mps_dir(plan.ref.uid)
+        (path / "pipe").mkdir(parents=True, exist_ok=True)
+        (path / "log").mkdir(parents=True, exist_ok=True)
+        fsutil.atomic_write(path / "log" / sharing.MPS_LOG, sharing.control_log(
+            f"{plan.ref.namespace}/{plan.ref.name}", devices), mode=0o644)
+        return path
+
     def _release(self, plan: ClaimPlan) -> None:
+        shutil.rmtree(self._mps_dir(plan.ref.uid), ignore_errors=True)
         if self._mig is not None:
             for error in self._mig.destroy(d.device.name for d in plan.devices):
                 log.error("claim uid=%s: %s", plan.ref.uid, error)
@@ -259,7 +282,7 @@ class Driver:
     def _stage(self, plan: ClaimPlan) -> _Staged:
         prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance)
         spec = cdi.stage_spec(self.cfg.cdi_root, prepared.cdi_spec,
-                              cdi.build_spec(self.cfg.driver, plan))
+                              cdi.build_spec(self.cfg.driver, plan, self._mps_start(plan)))
         try:
             record = self._records.stage(prepared)
         except BaseException:
@@ -343,6 +366,7 @@ class Driver:
                             removed.append(ref)
                         cdi.remove_spec(self.cfg.cdi_root,
                                         cdi.spec_filename(self.cfg.driver, ref.uid))
+                        shutil.rmtree(self._mps_dir(ref.uid), ignore_errors=True)
                         results[ref.uid] = ""
                 except OSError as err:
                     results[ref.uid] = f"cannot unprepare: {err}"

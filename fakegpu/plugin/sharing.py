@@ -36,6 +36,8 @@ TIME_SLICING = "TimeSlicing"
 MPS = "MPS"
 INTERVALS = ("Default", "Short", "Medium", "Long")
 MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # where NVIDIA's MPS daemon's pipes appear
+MPS_LOG_DIRECTORY = "/var/log/nvidia-mps"  # fakegpu's stand-in's log, as nvidia-cuda-mps-control
+MPS_LOG = "control.log"
 
 
 def group_version(driver: str) -> str:
@@ -186,3 +188,23 @@ def env(prefix: str, sharing: Sharing, device_index: int, device_uuid: str) -> l
     if own:
         out.append(f"{prefix}_MPS_PINNED_DEVICE_MEMORY_LIMIT={own}")
     return out
+
+
+def mps_devices(devices: Sequence[tuple[str, str, Sharing | None]]
+                ) -> list[tuple[str, str, Sharing]]:
+    """(device name, UUID, sharing) of the claim's devices shared through MPS."""
+    return [(n, u, s) for n, u, s in devices if s is not None and s.strategy == MPS]
+
+
+def control_log(claim: str, devices: Sequence[tuple[str, str, Sharing]]) -> str:
+    """What the claim's MPS control daemon stand-in records: one line per device and setting,
+    read by the container from MPS_LOG_DIRECTORY/control.log (no daemon process runs)."""
+    lines = [f"fakegpu MPS control daemon stand-in for claim {claim}"]
+    for index, (name, uuid, sharing) in enumerate(devices):
+        limit = dict(sharing.per_device_pinned_memory_limit)
+        own = limit.get(uuid, limit.get(str(index), sharing.pinned_memory_limit))
+        pct = sharing.active_thread_percentage
+        lines.append(f"device {name} uuid={uuid} "
+                     f"active_thread_percentage={100 if pct is None else pct} "
+                     f"pinned_device_memory_limit={own or 'none'}")
+    return "\n".join(lines) + "\n"

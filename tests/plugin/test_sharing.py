@@ -175,3 +175,35 @@ def test_shared_gpus_flag_refuses_what_is_not_minors(text: str) -> None:
 
     with pytest.raises(InvalidInput, match="--shared-gpus"):
         _minors(text)
+
+
+def test_an_mps_claim_gets_its_control_daemon_stand_in_and_unprepare_removes_it(
+        tmp_path: Path) -> None:
+    store = ClaimStore()
+    obj = claim("m", "uid-m", ["gpu-0", "gpu-1"])
+    obj["status"]["allocation"]["devices"]["config"] = [
+        opaque("FromClaim", gpu_config(strategy="MPS", mpsConfig={
+            "defaultActiveThreadPercentage": 40, "defaultPinnedDeviceMemoryLimit": "4Gi",
+            "defaultPerDevicePinnedMemoryLimit": {"1": "6Gi"}}))]
+    store.add(obj)
+    driver = _driver(tmp_path, store)
+    assert driver.prepare([ClaimRef("default", "m", "uid-m")])["uid-m"].error == ""
+    spec = json.loads(next((tmp_path / "cdi").glob("*uid-m*.json")).read_text())
+    mounts = {m["containerPath"]: Path(m["hostPath"]) for m in spec["containerEdits"]["mounts"]}
+    assert set(mounts) == {"/tmp/nvidia-mps", "/var/log/nvidia-mps"}
+    assert all(p.is_dir() for p in mounts.values())
+    assert "CUDA_MPS_LOG_DIRECTORY=/var/log/nvidia-mps" in spec["containerEdits"]["env"]
+    log = (mounts["/var/log/nvidia-mps"] / "control.log").read_text().splitlines()
+    assert log[0] == "fakegpu MPS control daemon stand-in for claim default/m"
+    assert log[1].startswith("device gpu-0 ") and log[1].endswith(
+        "active_thread_percentage=40 pinned_device_memory_limit=4Gi")
+    assert log[2].endswith("pinned_device_memory_limit=6Gi")  # device index 1's own
+    assert driver.unprepare([ClaimRef("default", "m", "uid-m")]) == {"uid-m": ""}
+    assert not any(p.exists() for p in mounts.values())
+
+
+def test_a_stand_in_without_a_record_is_removed_at_start(tmp_path: Path) -> None:
+    left = tmp_path / "state" / "mps" / "uid-killed" / "log"
+    left.mkdir(parents=True)
+    _driver(tmp_path, ClaimStore())
+    assert not left.parent.exists()
