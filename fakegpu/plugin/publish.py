@@ -95,6 +95,21 @@ def _kept_taints(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
                for e in sent["spec"].get("devices") or () if slices.device_taints(e))
 
 
+def _dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[str]:
+    """Fields we sent that the apiserver did not store (its feature gate is off)."""
+    dropped = set()
+    if sent["spec"].get("sharedCounters") and not stored.get("spec", {}).get("sharedCounters"):
+        dropped.add("sharedCounters")
+    have = {e.get("name"): e.get("basic", e)
+            for e in stored.get("spec", {}).get("devices") or []}
+    for entry in sent["spec"].get("devices") or ():
+        body = entry.get("basic", entry)
+        for key in ("consumesCounters", "allowMultipleAllocations"):
+            if body.get(key) and not have.get(entry["name"], {}).get(key):
+                dropped.add(key)
+    return dropped
+
+
 class SlicePublisher:
     def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
                  interval_s: float = 10.0,
@@ -112,6 +127,8 @@ class SlicePublisher:
         self._thread = threading.Thread(target=self._loop, name="slice-publisher", daemon=True)
         self.synced = threading.Event()  # set after the first successful publish
         self.use_taints = True  # until the apiserver shows it drops them
+        self.use_counters = True  # dynamic MIG's counters, likewise (DRAPartitionableDevices)
+        self.use_shared = True  # GPUs shared by memory, likewise (DRAConsumableCapacity)
         self._owner: dict[str, Any] | None = None
         self.adopted: Mapping[str, Sequence[Taint]] = {}  # taints kept from published slices
         self._owner_warned = False
@@ -149,7 +166,9 @@ class SlicePublisher:
         def build(generation: int) -> list[dict[str, Any]]:
             return slices.build_slices(self._driver, self._node, inventory, version, generation,
                                        taints, self.use_taints, node_wide_lost=self._nvidia,
-                                       owner=owner, separate_counters=separate_counters)
+                                       owner=owner, separate_counters=separate_counters,
+                                       use_counters=self.use_counters,
+                                       use_shared=self.use_shared)
 
         desired = build(0)
         if slices.same_devices(existing, desired):
@@ -159,6 +178,7 @@ class SlicePublisher:
         desired = build(generation)
         by_name: dict[str, dict[str, Any]] = {o["metadata"]["name"]: o for o in existing}
         dropped = False
+        dropped_fields: set[str] = set()
         for body in desired:
             old = by_name.pop(body["metadata"]["name"], None)
             if old is None:
@@ -172,6 +192,7 @@ class SlicePublisher:
                     body["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"]
                 stored = self._kube.replace_slice(body)
             dropped = dropped or not _kept_taints(body, stored)
+            dropped_fields |= _dropped_fields(body, stored)
         for stale in by_name:
             self._kube.delete_slice(stale)
         log.info("published ResourceSlices driver=%s pool=%s generation=%d devices=%d "
@@ -182,6 +203,16 @@ class SlicePublisher:
             log.warning("the apiserver drops device taints (DRADeviceTaints off?): "
                         "leaving unhealthy devices out of the pool instead")
             self.use_taints = False
+            self.poke()
+        if {"consumesCounters", "sharedCounters"} & dropped_fields:
+            log.error("the apiserver drops counters (DRAPartitionableDevices off?): publishing "
+                      "no dynamic MIG partitions, only whole GPUs")
+            self.use_counters = False
+            self.poke()
+        if "allowMultipleAllocations" in dropped_fields:
+            log.error("the apiserver drops allowMultipleAllocations (DRAConsumableCapacity "
+                      "off?): publishing shared GPUs as ordinary ones")
+            self.use_shared = False
             self.poke()
         return True
 

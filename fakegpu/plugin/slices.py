@@ -11,6 +11,7 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 # GROUP, VERSIONS: the one resource.k8s.io rule (newest first), shared with cluster and test kit.
@@ -169,7 +170,8 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
                  generation: int, taints: Mapping[str, Sequence[Taint]] | None = None,
                  use_taints: bool = True, node_wide_lost: bool = False,
                  owner: Mapping[str, Any] | None = None,
-                 separate_counters: bool = True) -> list[dict[str, Any]]:
+                 separate_counters: bool = True, use_counters: bool = True,
+                 use_shared: bool = True) -> list[dict[str, Any]]:
     """The node's pool (named after the node) as one or more slices of at most 128 devices.
 
     ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``,
@@ -182,7 +184,17 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
     (resource.k8s.io 1.35+, where a slice holds devices or counters, never both) in slices of
     their own, at most 8 sets each, before the device slices; without it (1.34) each slice
     holds whole GPUs with their sets. Slices with counters hold at most 64 devices.
+    Without ``use_counters`` (an apiserver that drops them: DRAPartitionableDevices off) the
+    partitions are left out and the GPUs published plainly, so no two overlapping partitions
+    can ever be allocated; without ``use_shared`` (DRAConsumableCapacity off) shared GPUs are
+    published as ordinary ones.
     """
+    if not use_counters:
+        inventory = replace(inventory, counter_sets=(), devices=tuple(
+            replace(d, consumes=()) for d in inventory.devices if not d.partition))
+    if not use_shared:
+        inventory = replace(inventory, devices=tuple(
+            replace(d, shared=False) for d in inventory.devices))
     if version not in VERSIONS:
         raise ValueError(f"unsupported resource.k8s.io version {version!r}")
     any_lost = node_wide_lost and (bool(inventory.lost_indices)

@@ -175,3 +175,70 @@ def test_on_1_34_each_slice_holds_whole_gpus_with_their_counters() -> None:
         assert [c["name"] for c in s["spec"]["sharedCounters"]] == [
             f"gpu-{m}-counter-set" for m in sorted(minors)]
         assert len(s["spec"]["devices"]) <= 64
+
+
+# --- an apiserver without the gates ---------------------------------------------------------------
+
+
+def _store_dropping(*fields: str) -> Any:
+    """The apiserver's slice store with DRAPartitionableDevices / DRAConsumableCapacity off:
+    it silently drops the fields, as the real one does."""
+    import copy
+
+    from .test_publish import SliceStore
+
+    class Dropping(SliceStore):
+        def _store(self, body: dict[str, Any]) -> dict[str, Any]:
+            self.rv += 1
+            self.writes += 1
+            obj = copy.deepcopy(body)
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            if "sharedCounters" in fields:
+                obj["spec"].pop("sharedCounters", None)
+            for dev in obj["spec"].get("devices") or ():
+                for field in fields:
+                    dev.pop(field, None)
+                if "allowMultipleAllocations" in fields:  # the same gate's field
+                    for capacity in (dev.get("capacity") or {}).values():
+                        capacity.pop("requestPolicy", None)
+            self.objs[obj["metadata"]["name"]] = obj
+            return copy.deepcopy(obj)
+
+    return Dropping()
+
+
+def test_without_partitionable_devices_no_partition_is_published() -> None:
+    from fakegpu.plugin.driver import Devices
+    from fakegpu.plugin.publish import SlicePublisher
+
+    from .helpers import DRIVER, NODE
+
+    store = _store_dropping("sharedCounters", "consumesCounters")
+    pub = SlicePublisher(store, Devices(lambda: _dynamic_inventory(gpus=2)), DRIVER, NODE)
+    assert pub.sync() is True  # counters sent, dropped: noticed
+    assert pub.use_counters is False
+    pub.sync()
+    names = [d["name"] for o in store.objs.values() for d in o["spec"].get("devices") or ()]
+    assert sorted(names) == ["gpu-0", "gpu-1"]  # whole GPUs only: nothing can overlap
+    assert not any("sharedCounters" in o["spec"] for o in store.objs.values())
+    assert pub.sync() is False  # and stable from then on
+
+
+def test_without_consumable_capacity_a_shared_gpu_is_an_ordinary_one() -> None:
+    from dataclasses import replace
+
+    from fakegpu.plugin.driver import Devices
+    from fakegpu.plugin.publish import SlicePublisher
+
+    from .helpers import DRIVER, NODE, inventory
+
+    inv = inventory(1)
+    inv = replace(inv, devices=(replace(inv.devices[0], shared=True),))
+    store = _store_dropping("allowMultipleAllocations")
+    pub = SlicePublisher(store, Devices(lambda: inv), DRIVER, NODE)
+    pub.sync()
+    assert pub.use_shared is False
+    pub.sync()
+    [obj] = store.objs.values()
+    assert "requestPolicy" not in obj["spec"]["devices"][0]["capacity"]["memory"]
+    assert pub.sync() is False
