@@ -35,6 +35,7 @@ _BRAND = {0: "Unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "Grid", 5: "GeForc
           11: "NvidiaCloudGaming", 12: "QuadroRTX", 13: "NvidiaRTX", 14: "Nvidia",
           15: "GeForceRTX", 16: "TitanRTX"}
 _FABRIC_COMPLETED = 3
+HOPPER = 9  # nvmlDeviceArchitecture_t: MIG mode changes without a GPU reset from here on
 
 # pynvml keeps global state; one discovery at a time per process.
 nvml_lock = threading.Lock()
@@ -534,12 +535,23 @@ def gpu_partitions(minor: int, handle: Any, nvidia: bool, memory_bytes: int
 def _dynamic_devices(index: int, handle: Any, nvlink_peers: int, nvidia: bool
                      ) -> tuple[list[Device], tuple[str, tuple[tuple[str, int], ...]]] | None:
     """A dynamic-MIG GPU: the whole GPU and one device per placement of every profile, each
-    consuming its share of the GPU's CounterSet; None for a GPU without MIG."""
+    consuming its share of the GPU's CounterSet; None for a GPU without MIG.
+
+    As NVIDIA's driver: MIG mode changes without a reset only from Hopper on. An older GPU
+    (Ampere) with MIG off is an ordinary GPU (None); with MIG on it is offered only as
+    partitions, never whole."""
+    arch = int(_query(pynvml.nvmlDeviceGetArchitecture, -1, handle))
+    current, _pending = _query(pynvml.nvmlDeviceGetMigMode, (0, 0), handle)
+    mig_on = current == pynvml.NVML_DEVICE_MIG_ENABLE
+    toggles = arch >= HOPPER
+    if not mig_on and not toggles:
+        return None
     gpu = _gpu_device(index, handle, nvlink_peers)
     parts = gpu_partitions(gpu.minor, handle, nvidia, gpu.memory_bytes)
     if parts is None:
         return None
-    devices = [replace(gpu, consumes=tuple(sorted(parts.full_consumption().items())))]
+    whole = replace(gpu, consumes=tuple(sorted(parts.full_consumption().items())))
+    devices = [whole] if toggles or not mig_on else []
     for placement in parts.placements():
         profile = placement.profile
         info = MigInfo(gi_id=-1, ci_id=-1, profile_id=profile.profile_id,

@@ -201,7 +201,7 @@ class Driver:
 
     def _realize(self, plan: ClaimPlan) -> ClaimPlan:
         """Create the claim's dynamic MIG partitions; on a failure, destroy what this made."""
-        if self._mig is None or not any(d.device.partition for d in plan.devices):
+        if self._mig is None or not any(d.device.consumes for d in plan.devices):
             return plan
         made: list[AllocatedDevice] = []
         try:

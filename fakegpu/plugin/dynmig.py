@@ -143,8 +143,17 @@ class DynamicMig:
         self._by_name = by_name  # the published devices (partitions among them)
 
     def create(self, device: Device) -> Device:
-        """Make ``device`` (a partition) exist; return it with its MIG UUID and GI/CI ids."""
+        """Make ``device`` (a partition) exist; return it with its MIG UUID and GI/CI ids. The
+        whole GPU of a partitionable GPU gets MIG mode off, as NVIDIA's driver does on Hopper+
+        (only such GPUs are offered whole with MIG on)."""
         mig = device.mig
+        if device.type == "gpu" and device.consumes:
+            try:
+                with _nvml():
+                    self._whole_locked(device)
+            except pynvml.NVMLError as err:
+                raise PartitionError(f"cannot turn MIG off on {device.name}: {err}") from err
+            return device
         if not device.partition or mig is None:
             return device
         try:
@@ -152,6 +161,18 @@ class DynamicMig:
                 return self._create_locked(device, mig)
         except pynvml.NVMLError as err:
             raise PartitionError(f"cannot create MIG device {device.name}: {err}") from err
+
+    def _whole_locked(self, device: Device) -> None:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return
+        left = _instances(handle)
+        if left:  # the counters keep partitions off an allocated GPU: these are leftovers
+            raise PartitionError(f"cannot turn MIG off on {device.name}: {len(left)} GPU "
+                                 "instance(s) still exist (their claims are being unprepared)")
+        pynvml.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_DISABLE)
+        log.info("turned MIG off on %s for a claim of the whole GPU", device.name)
 
     def _create_locked(self, device: Device, mig: MigInfo) -> Device:
         handle = pynvml.nvmlDeviceGetHandleByUUID(device.parent_uuid)

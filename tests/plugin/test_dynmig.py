@@ -267,3 +267,48 @@ print(json.dumps({"after": instances(), "env": spec_env("uid-a")}))
 """)
     assert second["after"] == [[1, 14, 0, 2]]
     assert second["env"] and second["env"][0].split("=", 1)[1].startswith("MIG-")
+
+
+AMPERE = """
+name: dyn-a100
+nodes:
+  - name: a100-dyn
+    gpus:
+      - product: A100-SXM4-40GB
+        mig: {enabled: true, dynamic: true}
+      - product: A100-SXM4-40GB
+        mig: {dynamic: true}
+"""
+
+
+def test_an_ampere_gpu_is_partitions_with_mig_on_and_whole_with_mig_off(tmp_path: Path) -> None:
+    # As NVIDIA's driver: before Hopper, MIG mode changes need a GPU reset, so it is never
+    # switched for a claim: MIG on means partitions only, MIG off a plain GPU.
+    from fakegpu.nvml import env, state
+    from fakegpu.topology.load import load_topology
+
+    (tmp_path / "a.yaml").write_text(AMPERE)
+    path = state.render(load_topology(tmp_path / "a.yaml"), "a100-dyn", tmp_path / "s.bin")
+    got = _run({**os.environ, **env.env(path)}, """
+print(json.dumps({"devices": [[d.name, d.type, bool(d.consumes)] for d in inv.devices],
+                  "sets": [n for n, _ in inv.counter_sets]}))
+""")
+    assert got["sets"] == ["gpu-0-counter-set"]
+    gpu0 = [d for d in got["devices"] if d[0].startswith("gpu-0")]
+    assert gpu0 and all(kind == "mig" and consumes for _, kind, consumes in gpu0)
+    assert [d for d in got["devices"] if d[0].startswith("gpu-1")] == [["gpu-1", "gpu", False]]
+
+
+def test_a_claim_for_the_whole_hopper_gpu_turns_mig_off(tmp_path: Path) -> None:
+    environ = _node(tmp_path)  # GPU 0: H100 with MIG on
+    got = _run_driver(environ, tmp_path, """
+d = driver()
+claims.add("w", "uid-w", ["gpu-0"])
+res = d.prepare([ref("w", "uid-w")])
+pynvml.nvmlInit()
+mode = pynvml.nvmlDeviceGetMigMode(pynvml.nvmlDeviceGetHandleByIndex(0))[0]
+pynvml.nvmlShutdown()
+print(json.dumps({"error": res["uid-w"].error, "mode": mode, "env": spec_env("uid-w")}))
+""")
+    assert got["error"] == "" and got["mode"] == 0
+    assert got["env"][0].split("=", 1)[1].startswith("GPU-")
