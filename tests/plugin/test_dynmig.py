@@ -312,3 +312,34 @@ print(json.dumps({"error": res["uid-w"].error, "mode": mode, "env": spec_env("ui
 """)
     assert got["error"] == "" and got["mode"] == 0
     assert got["env"][0].split("=", 1)[1].startswith("GPU-")
+
+
+def test_a_prepare_killed_between_create_and_record_is_reconciled_and_created_once(
+        tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "cdi").mkdir()
+    # The plugin dies (SIGKILL) right after creating the MIG device, before its record.
+    killed = subprocess.run([sys.executable, "-c", _PRELUDE + _DRIVER + """
+import os, signal
+from fakegpu.plugin import checkpoint
+d = driver()
+claims.add("k", "uid-k", ["gpu-0-mig-2g20gb-14-2"])
+checkpoint.Records.stage = lambda self, claim: os.kill(os.getpid(), signal.SIGKILL)
+d.prepare([ref("k", "uid-k")])
+""", str(tmp_path / "state"), str(tmp_path / "cdi")], env=environ, capture_output=True,
+        text=True, timeout=120, check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    got = _run_driver(environ, tmp_path, """
+left = instances()
+d = driver()  # the restarted plugin
+after_start = instances()
+claims.add("k", "uid-k", ["gpu-0-mig-2g20gb-14-2"])
+res = d.prepare([ref("k", "uid-k")])  # the kubelet asks again
+print(json.dumps({"left": left, "after_start": after_start, "error": res["uid-k"].error,
+                  "after": instances(), "env": spec_env("uid-k")}))
+""")
+    assert got["left"] == [[0, 14, 2, 2]]  # the killed prepare's instance
+    assert got["after_start"] == []  # no claim owns it: destroyed at start
+    assert got["error"] == "" and got["after"] == [[0, 14, 2, 2]]  # made once, again
+    assert got["env"][0].split("=", 1)[1].startswith("MIG-")
