@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
 
-.PHONY: demo test test-kind lint fuzz clean
+.PHONY: demo test test-nvidia test-kind lint fuzz clean
 
 demo: $(STAMP)
 	$(VENV)/bin/fakegpu demo
@@ -13,14 +13,22 @@ demo: $(STAMP)
 # JUnit XML for CI (reports/ is ignored by git); e2e failure diagnostics land beside it.
 # The cluster binaries are built first (cold: ~20 min on 2 cores, with progress), so no test
 # ever finds them missing; warm, this is a cache lookup.
-# With no PYTEST_ARGS it is the whole suite: everything on the embedded provider, then the
-# e2e suites again on kind (fakegpu starts its own dockerd when none runs; kind needs root).
+# With no PYTEST_ARGS it is the whole suite: everything on the embedded provider (the
+# conformance suite included, on the same cluster), the conformance suite and NVIDIA-facing
+# suites again with the plugins NVIDIA-compatible (gpu.nvidia.com), then the e2e suites on kind
+# (fakegpu starts its own dockerd when none runs; kind needs root).
 test: $(STAMP)
 	$(VENV)/bin/fakegpu cluster binaries
 	$(VENV)/bin/python -m pytest --junitxml=reports/junit.xml $(PYTEST_ARGS)
 ifeq ($(strip $(PYTEST_ARGS)),)
+	$(MAKE) --no-print-directory test-nvidia
 	$(MAKE) --no-print-directory test-kind
 endif
+
+test-nvidia: $(STAMP)
+	$(VENV)/bin/python -m pytest fakegpu/conformance e2e/test_nvidia_compatible.py \
+		e2e/test_basic_allocation.py --fakegpu-driver nvidia --cluster-name fakegpu-e2e-nv \
+		--junitxml=reports/junit-nvidia.xml
 
 test-kind: $(STAMP)
 	$(VENV)/bin/python -m pytest e2e tests/kind -m e2e --fakegpu-provider kind \
