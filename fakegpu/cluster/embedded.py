@@ -423,8 +423,9 @@ class EmbeddedProvider:
 
     def _wait_slices(self, st: ClusterState, lay: NodeLayout) -> None:
         rec = st.processes[f"plugin/{lay.name}"]
-        wait_until(f"ResourceSlices of node {lay.name} (fakegpu plugin)",
-                   lambda: bool(node_slices(st, lay.name)), self.policy, watch=[rec])
+        wait_until(f"a whole ResourceSlice pool of node {lay.name} (fakegpu plugin)",
+                   lambda: lay.name in kubeapi.complete_pools(node_slices(st, lay.name)),
+                   self.policy, watch=[rec])
 
     # --- protocol: delete ---------------------------------------------------------------------
 

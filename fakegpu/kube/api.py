@@ -141,6 +141,30 @@ def resource_slices(api: client.ApiClient, *, driver: str | None = None,
     return [dict(i) for i in cast(dict[str, Any], listed).get("items") or []]
 
 
+def complete_pools(slices: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Nodes whose ResourceSlice pool is whole: every slice of its newest generation is listed.
+
+    This is how the scheduler itself decides a pool is usable (``spec.pool.resourceSliceCount``
+    slices of one generation), so it holds for any driver and any shape of slice: whole GPUs,
+    MIG devices only, counters in a slice of their own.
+    """
+    pools: dict[str, dict[int, list[int]]] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        node, pool = spec.get("nodeName"), spec.get("pool") or {}
+        if not node:
+            continue
+        gens = pools.setdefault(node, {})
+        gens.setdefault(int(pool.get("generation", 0)), []).append(
+            int(pool.get("resourceSliceCount", 1)))
+    done = set()
+    for node, gens in pools.items():
+        counts = gens[max(gens)]
+        if len(counts) == counts[0] and len(set(counts)) == 1:
+            done.add(node)
+    return done
+
+
 # --- writes --------------------------------------------------------------------------------------
 
 

@@ -94,3 +94,26 @@ def test_a_refused_connection_fails_at_once_in_a_session(tmp_path: Path) -> None
         "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
     with kubeapi.session(path) as api, pytest.raises(kubeapi.ERRORS):
         kubeapi.get(api, "/readyz")
+
+
+def _slice(node: str, generation: int, count: int, devices: int = 1) -> dict:
+    return {"spec": {"nodeName": node, "driver": "gpu.fakegpu.dev",
+                     "pool": {"name": node, "generation": generation,
+                              "resourceSliceCount": count},
+                     "devices": [{"name": f"gpu-{i}"} for i in range(devices)]}}
+
+
+def test_complete_pools_counts_slices_of_the_newest_generation() -> None:
+    from fakegpu.kube.api import complete_pools
+
+    slices = [
+        # MIG-only devices, counters in a slice of their own (dynamic MIG from 1.35): whole.
+        _slice("a100-mig", 1, 1), _slice("h100-dyn", 1, 2, devices=0), _slice("h100-dyn", 1, 2),
+        # half of a two-slice pool: not yet.
+        _slice("half", 3, 2),
+        # a republish in flight: generation 2 is not complete although generation 1 was.
+        _slice("moving", 1, 1), _slice("moving", 2, 2),
+        # a cluster-scoped slice (no node) is nobody's pool.
+        {"spec": {"pool": {"name": "x", "generation": 1, "resourceSliceCount": 1}}},
+    ]
+    assert complete_pools(slices) == {"a100-mig", "h100-dyn"}

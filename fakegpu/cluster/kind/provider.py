@@ -159,10 +159,10 @@ class KindProvider:
         st.save()
 
     def _wait_slices(self, st: KindState, topo: Topology) -> None:
-        want = {n.name: len(n.gpus) for n in topo.nodes}
+        want = {n.name for n in topo.nodes}
         # A plugin that started while kube-proxy was still settling backs off up to 60 s.
-        wait_until("every worker's devices in ResourceSlices",
-                   lambda: self._slice_devices(st) == want,
+        wait_until("a whole ResourceSlice pool of every worker",
+                   lambda: self._complete_pools(st) >= want,
                    WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
     def _nvml_copies(self, st: KindState, topo: Topology) -> None:
@@ -251,17 +251,9 @@ class KindProvider:
             nodes = kubeapi.nodes(api)
         return len(nodes) == len(st.workers) + 1 and all(kubeapi.is_ready(n) for n in nodes)
 
-    def _slice_devices(self, st: KindState) -> dict[str, int]:
+    def _complete_pools(self, st: KindState) -> set[str]:
         with kubeapi.session(st.kubeconfig) as api:
-            slices = kubeapi.resource_slices(api)
-        count: dict[str, int] = {}
-        for s in slices:
-            spec = s["spec"]
-            if spec.get("driver") == st.driver and spec.get("nodeName"):
-                n = spec["nodeName"]
-                count[n] = count.get(n, 0) + sum(
-                    1 for d in spec.get("devices") or [] if not d["name"].count("-mig-"))
-        return count
+            return kubeapi.complete_pools(kubeapi.resource_slices(api, driver=st.driver))
 
     def delete(self, name: str) -> None:
         validate_name(name)
