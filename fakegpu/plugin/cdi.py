@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from fakegpu import fsutil
 
-from . import sharing
+from . import nvmlmounts, sharing
 
 if TYPE_CHECKING:
     from .prepare import ClaimPlan
@@ -74,6 +74,10 @@ def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dic
              "options": ["rw", "nosuid", "nodev", "bind"]}
             for sub, where in (("pipe", sharing.MPS_PIPE_DIRECTORY),
                                ("log", sharing.MPS_LOG_DIRECTORY))]
+    nvml = nvmlmounts.configured()  # NVML, nvidia-smi and a view of the claim's GPUs inside
+    if nvml is not None:
+        edits = nvmlmounts.merge(edits, nvmlmounts.container_edits(
+            nvml, [d.device.uuid for d in plan.devices if d.device.uuid]))
     return {"cdiVersion": CDI_VERSION, "kind": kind(driver), "containerEdits": edits,
             "devices": devices}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fakegpu.plugin import nvmlmounts
 
 
@@ -29,3 +31,24 @@ def test_the_claims_view_and_read_only_mounts() -> None:
     merged = nvmlmounts.merge({"env": ["A=1"], "mounts": [{"hostPath": "/mps"}]}, edits)
     assert merged["env"][0] == "A=1" and merged["mounts"][0] == {"hostPath": "/mps"}
     assert len(merged["mounts"]) == 4
+
+
+def test_a_claims_spec_carries_the_view_of_its_gpus(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path) -> None:
+    from fakegpu.plugin import cdi
+    from fakegpu.plugin.prepare import ClaimRef, plan_claim
+
+    from .helpers import DRIVER, NODE, claim, inventory
+
+    devices = inventory().by_name()
+    plan = plan_claim(claim("c1", "uid-1", ["gpu-1", "gpu-3"]), ClaimRef("default", "c1", "uid-1"),
+                      DRIVER, NODE, devices)
+    assert "mounts" not in cdi.build_spec(DRIVER, plan)["containerEdits"]  # not opted in
+    mounts = nvmlmounts.NvmlMounts(tmp_path / "n.state", tmp_path / "smi", tmp_path / "lib")
+    monkeypatch.setattr(nvmlmounts, "configured", lambda: mounts)
+    edits = cdi.build_spec(DRIVER, plan)["containerEdits"]
+    uuids = f"{devices['gpu-1'].uuid},{devices['gpu-3'].uuid}"
+    assert f"FAKEGPU_NVML_VISIBLE={uuids}" in edits["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={uuids}" in edits["env"]
+    assert [m["containerPath"] for m in edits["mounts"]] == [
+        nvmlmounts.STATE, nvmlmounts.SMI, nvmlmounts.LIBRARY]

@@ -1,0 +1,75 @@
+"""GPUs inside containers as NVIDIA's driver gives them (issue 13): a pod's `nvidia-smi`
+shows exactly the GPUs its claim got, with the UUIDs the ResourceSlice publishes, and nothing
+else of the node.
+
+Embedded provider only: its plugins run on the host, so the CDI spec can mount the node's NVML
+state and the tools (fakegpu/plugin/nvmlmounts.py); kind's plugin pods leave specs as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client as kclient
+
+from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.testkit import k8s
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocation_results,
+    attribute_value,
+    pod_claim_name,
+    pod_manifest,
+    published_device,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded")]
+
+
+def _claim_gpus(fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api,
+                resource_api: ResourceApi, namespace: str, count: int
+                ) -> tuple[Any, list[dict[str, Any]]]:
+    driver = fakegpu_cluster.driver_name
+    request = resource_api.device_request("gpus", driver, count=count)
+    resource_api.create("resourceclaimtemplates",
+                        resource_api.claim_template("gpus", [request]), namespace)
+    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
+        "p", fakegpu_cluster.workload_image, ["sleep", "3600"],
+        [PodClaim("gpus", template="gpus")]))
+    pod: Any = k8s.wait_pod_running(core_v1, namespace, "p")
+    claim = resource_api.claim(namespace, pod_claim_name(pod, "gpus"))
+    devices = [published_device(resource_api, driver, r["pool"], r["device"])
+               for r in allocation_results(claim, driver)]
+    assert len(devices) == count
+    return pod, devices
+
+
+def test_nvidia_smi_lists_exactly_the_claims_gpus(fakegpu_cluster: ClusterInfo,
+                                                 core_v1: kclient.CoreV1Api,
+                                                 resource_api: ResourceApi,
+                                                 namespace: str) -> None:
+    _, devices = _claim_gpus(fakegpu_cluster, core_v1, resource_api, namespace, 2)
+    listed = k8s.exec_in_pod(core_v1, namespace, "p", ["nvidia-smi", "-L"]).stdout
+    # In the node's order, numbered from 0 in the container, as NVIDIA's runtime shows them.
+    ordered = sorted(devices, key=lambda d: int(attribute_value(d, "index")))
+    assert listed.splitlines() == [
+        f"GPU {i}: {attribute_value(d, 'productName')} (UUID: {attribute_value(d, 'uuid')})"
+        for i, d in enumerate(ordered)]
+
+
+def test_nvml_in_the_pod_hides_the_other_gpus_of_the_node(fakegpu_cluster: ClusterInfo,
+                                                         core_v1: kclient.CoreV1Api,
+                                                         resource_api: ResourceApi,
+                                                         namespace: str) -> None:
+    pod, devices = _claim_gpus(fakegpu_cluster, core_v1, resource_api, namespace, 1)
+    mine = str(attribute_value(devices[0], "uuid"))
+    others = [str(attribute_value(d, "uuid"))
+              for s in resource_api.slices(fakegpu_cluster.driver_name, pod.spec.node_name)
+              for d in s["spec"].get("devices") or ()
+              if attribute_value(d, "type") == "gpu" and attribute_value(d, "uuid") != mine]
+    assert others, "the node has no other GPU to hide"
+    out = k8s.exec_in_pod(core_v1, namespace, "p", [
+        "nvidia-smi", "--query-gpu=count,index,uuid", "--format=csv,noheader"]).stdout
+    assert out.splitlines() == [f"1, 0, {mine}"]
