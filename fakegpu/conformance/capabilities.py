@@ -59,7 +59,7 @@ class Capabilities:
     driver: str | None = None
     device_class: str | None = None
     pod_sees: PodSees | None = None
-    source: str = "(default)"
+    source: str = "(given in code)"
 
     def declared(self, capability: str) -> bool:
         return bool(self.supports.get(capability))
@@ -72,7 +72,8 @@ class Capabilities:
 
 
 def default() -> Capabilities:
-    return Capabilities(supports={c: True for c in DEFAULT_SUPPORTS})
+    return Capabilities(supports={c: True for c in DEFAULT_SUPPORTS},
+                        source="the default capabilities (no file given)")
 
 
 def parse(doc: Any, where: str) -> Capabilities:
