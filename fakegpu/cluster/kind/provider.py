@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -345,18 +346,13 @@ class KindProvider:
         st = self._ready_state(name)
         self._worker(st, node)
         with kubeapi.session(st.kubeconfig) as api:
-            pods = [p for p in kubeapi.pods(api, NAMESPACE)
-                    if p["spec"].get("nodeName") == node
-                    and p["status"].get("phase") == "Running"
-                    and not p["metadata"].get("deletionTimestamp")]
-        if not pods:
+            pod = plugin_pod(kubeapi.pods(api, NAMESPACE), node)
+        if pod is None:
             raise FakegpuError(f"node {node!r} of cluster {name!r} has no running plugin pod "
                                f"(namespace {NAMESPACE})")
-        # During a rolling update two run: the newer one is the one the kubelet uses.
-        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
         kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
         return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), "-n", NAMESPACE, "exec",
-                    pod["metadata"]["name"], "-c", "plugin", "--",
+                    pod, "-c", "plugin", "--",
                     "/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
                     "--state", f"{STATE_DIR_IN_POD}/{node}.state"],
                    timeout=120, check=False)
@@ -379,6 +375,18 @@ class KindProvider:
                                f"(workers: {', '.join(st.workers)})")
         return node
 
+
+
+def plugin_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
+    """The name of ``node``'s running plugin pod; during a rolling update two run, and the
+    newer one is the one the kubelet uses. Pure."""
+    running = [p for p in pods if p["spec"].get("nodeName") == node
+               and p["status"].get("phase") == "Running"
+               and not p["metadata"].get("deletionTimestamp")]
+    if not running:
+        return None
+    return str(max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+               ["metadata"]["name"])
 
 
 class _Bringup:
