@@ -26,6 +26,11 @@ ENV PATH=/opt/fakegpu/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
+# The plugin's version stamp (fakegpu/plugin/version.py): upgrade tests build two or three
+# images of one tree that differ only here. Empty: the package version.
+ARG PLUGIN_VERSION=""
+RUN if [ -n "$PLUGIN_VERSION" ]; then echo "$PLUGIN_VERSION" > /opt/fakegpu/VERSION; fi
+
 # Non-root by default (65532, the "nonroot" user of distroless images). The Helm chart runs
 # it as root with every capability dropped: it writes into the kubelet's root-owned plugin
 # directories on the host, and nothing else.

@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
                      help="on SIGTERM, how long in-flight calls may take to finish "
                           "(default: %(default)s)")
+    run.add_argument("--version", dest="print_version", action="store_true",
+                     help="print this plugin's version (the image's stamp, or "
+                          "$FAKEGPU_PLUGIN_VERSION) and exit")
     add_verbose(run)
     run.set_defaults(func=_run)
 
@@ -82,6 +85,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     from fakegpu.plugin.run import DEFAULT_DRIVER, NVIDIA_DRIVER, Options, run
 
+    if args.print_version:
+        from fakegpu.plugin import version
+
+        stamp = version.current()
+        print(stamp.version + (" (broken: never becomes ready)" if stamp.broken else ""))
+        return 0
     driver = args.driver_name or (NVIDIA_DRIVER if args.nvidia_compatible else DEFAULT_DRIVER)
     if args.nvidia_compatible and driver != NVIDIA_DRIVER:
         raise InvalidInput(f"--nvidia-compatible means driver {NVIDIA_DRIVER}, not {driver}")

@@ -54,6 +54,10 @@ class PreparedClaim:
     devices: tuple[PreparedDevice, ...]
     cdi_spec: str  # file name of the claim's transient CDI spec
     instance: str = ""  # which instance prepared it (for logs; any instance may unprepare)
+    # The version stamp of the plugin that prepared it (version.py). Records of one format
+    # VERSION are read by older and newer plugins alike: unknown fields are ignored, missing
+    # ones default, so a downgrade keeps every prepared claim (docs/upgrades.md).
+    plugin_version: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,7 +73,8 @@ class PreparedClaim:
             share_id=_str(d.get("share_id", ""))) for d in raw["devices"])
         claim = cls(uid=_str(raw["uid"]), namespace=_str(raw["namespace"]),
                     name=_str(raw["name"]), devices=devices, cdi_spec=_str(raw["cdi_spec"]),
-                    instance=_str(raw.get("instance", "")))
+                    instance=_str(raw.get("instance", "")),
+                    plugin_version=_str(raw.get("plugin_version", "")))
         for what, value in (("uid", claim.uid), ("CDI spec", claim.cdi_spec)):
             if why := names.check(what, value):
                 raise ValueError(why)

@@ -63,6 +63,7 @@ class DriverConfig:
     instance: str = ""
     write_status: bool = False
     dynamic_mig: bool = False  # partitions are created at prepare (dynmig.py)
+    version: str = ""  # the plugin's version stamp (version.py), shown in claim status
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,8 @@ class Driver:
         return results
 
     def _stage(self, plan: ClaimPlan) -> _Staged:
-        prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance)
+        prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance,
+                                  self.cfg.version)
         spec = cdi.stage_spec(self.cfg.cdi_root, prepared.cdi_spec,
                               cdi.build_spec(self.cfg.driver, plan, self._mps_start(plan)))
         try:
@@ -389,7 +391,8 @@ class Driver:
             "driver": self.cfg.driver, "pool": self.cfg.node, "device": d.device.name,
             **({"shareID": d.share_id} if d.share_id else {}),
             "data": {"uuid": d.device.uuid, "productName": d.device.product_name,
-                     "pciBusID": d.device.pci_bus_id},
+                     "pciBusID": d.device.pci_bus_id,
+                     **({"pluginVersion": self.cfg.version} if self.cfg.version else {})},
         } for d in plan.devices]
         names_ = {(e["pool"], e["device"]) for e in ours}
         ref = plan.ref

@@ -79,7 +79,8 @@ def plan_claim(claim: Mapping[str, Any], ref: ClaimRef, driver: str, node: str,
     return ClaimPlan(ref=ref, devices=tuple(allocated))
 
 
-def prepared_claim(plan: ClaimPlan, driver: str, node: str, instance: str) -> PreparedClaim:
+def prepared_claim(plan: ClaimPlan, driver: str, node: str, instance: str,
+                   version: str = "") -> PreparedClaim:
     """The kubelet's answer for a plan: one entry per allocated device, with its CDI id."""
     return PreparedClaim(
         uid=plan.ref.uid, namespace=plan.ref.namespace, name=plan.ref.name,
@@ -87,4 +88,5 @@ def prepared_claim(plan: ClaimPlan, driver: str, node: str, instance: str) -> Pr
             request_names=(d.request,), pool_name=node, device_name=d.device.name,
             cdi_device_ids=(cdi.device_id(driver, plan.ref.uid, d.device.name),),
             share_id=d.share_id) for d in plan.devices),
-        cdi_spec=cdi.spec_filename(driver, plan.ref.uid), instance=instance)
+        cdi_spec=cdi.spec_filename(driver, plan.ref.uid), instance=instance,
+        plugin_version=version)

@@ -16,7 +16,7 @@ from types import FrameType
 
 from fakegpu.errors import InvalidInput
 
-from . import discovery, healthsvc, names
+from . import discovery, healthsvc, names, version
 from .checkpoint import Records
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
@@ -69,17 +69,36 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     except ValueError as err:
         raise InvalidInput(str(err)) from err
     state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
+    stamp = version.current()
+    log.info("fakegpu plugin version %s (from %s)", stamp.version, stamp.source)
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
     nvidia = opts.driver_name == NVIDIA_DRIVER
     devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
              len(inventory.devices), ",".join(d.name for d in inventory.devices))
+    if stamp.broken:
+        # The startup self-check of a bad release: it never passes, so this instance never
+        # serves, registers or publishes; the previous one keeps the node (docs/upgrades.md).
+        log.error("startup self-check failed: version %s is a broken release; not serving "
+                  "(waiting to be stopped)", stamp.version)
+        stop.wait()
+        log.info("stopped without serving")
+        return 1
     kube = Kube(opts.kubeconfig)
     driver = Driver(DriverConfig(driver=opts.driver_name, node=opts.node_name,
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status,
-                                 dynamic_mig=opts.dynamic_mig),
+                                 dynamic_mig=opts.dynamic_mig, version=stamp.version),
                     kube, devices)
     health = Health(opts.driver_name, nvidia)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
@@ -110,18 +129,10 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
         publisher.start()
     if opts.write_status:
         conditions.start()
-    stop = stop or threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
     servers = PluginServers(driver, paths, opts.workers, streams)
-    log.info("serving driver=%s node=%s registration=%s dra=%s state=%s",
-             opts.driver_name, opts.node_name, paths.registration, paths.dra, state_dir)
+    log.info("serving driver=%s node=%s version=%s registration=%s dra=%s state=%s",
+             opts.driver_name, opts.node_name, stamp.version, paths.registration, paths.dra,
+             state_dir)
     stop.wait()
     servers.stop(opts.grace_period_s)
     driver.close()
