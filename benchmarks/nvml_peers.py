@@ -1,0 +1,325 @@
+"""NVML calls per CPU-second, fakegpu's library side by side with NVIDIA's nvml-mock and with a
+no-op library, through pynvml, ctypes and C, interleaved in one run.
+
+- fakegpu: fakegpu's libnvidia-ml.so.1 on a rendered state file (fixtures/dgx-h100.yaml, first
+  node: 8 x H100).
+- nvml-mock: NVIDIA's mock NVML (github.com/NVIDIA/k8s-test-infra, pkg/gpu/mocknvml: a Go
+  c-shared library), built here from its own source OUTSIDE this tree (a copy under the cache,
+  never committed) with its configs/mock-nvml-config-h100.yaml. The source is a git directory
+  (--mock-git, default the local snapshot) or a checkout (--mock-src). When it cannot be built,
+  the results say so and why; nothing is estimated.
+- no-op: the physical limit: a library generated at run time from a C file that exports every
+  symbol fakegpu's library exports, each returning NVML_SUCCESS and touching nothing.
+
+Each (library, binding) pair runs in its own process and repeats every call until it has used
+--seconds of that process's CPU time (all its threads), so other work on the machine slows the
+wall clock but not the count. Rounds rotate the order of the libraries; each figure is the
+median over --rounds. Ratios are fakegpu's calls per CPU-second over the peer's (above 1:
+fakegpu is cheaper per call) and over the no-op library's (the share of the limit reached).
+
+Usage: .venv/bin/python benchmarks/nvml_peers.py [--rounds 3] [--seconds 0.3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchlib import load_average, machine
+
+from fakegpu import paths
+from fakegpu.nvml import build, env, state
+from fakegpu.topology.load import load_topology
+
+REPO = Path(__file__).resolve().parents[1]
+
+MOCK_GIT = Path("/work/.mirror/NVIDIA+k8s-test-infra/repo")
+MOCK_CONFIG = "configs/mock-nvml-config-h100.yaml"
+BINDINGS = ("C", "ctypes", "pynvml")
+LIBRARIES = ("fakegpu", "nvml-mock", "no-op")
+CALLS = ("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
+         "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMigMode")
+
+# One process per (library, binding); argv: binding, library path, CPU seconds per call.
+PY_RUNNER = r"""
+import ctypes, json, sys, time
+binding, path, target = sys.argv[1], sys.argv[2], float(sys.argv[3])
+if binding == "pynvml":
+    import pynvml as n
+    n.nvmlInit()
+    h = n.nvmlDeviceGetHandleByIndex(0)
+    calls = [lambda: n.nvmlDeviceGetHandleByIndex(0), lambda: n.nvmlDeviceGetName(h),
+             lambda: n.nvmlDeviceGetUUID(h), lambda: n.nvmlDeviceGetMemoryInfo(h),
+             lambda: n.nvmlDeviceGetMigMode(h)]
+else:
+    lib = ctypes.CDLL(path)
+    assert lib.nvmlInit_v2() == 0, "nvmlInit_v2"
+    h = ctypes.c_void_p()
+    text = ctypes.create_string_buffer(96)
+    mem = (ctypes.c_ulonglong * 3)()
+    cur, pend = ctypes.c_uint(), ctypes.c_uint()
+    ref = ctypes.byref
+    f = [lib.nvmlDeviceGetHandleByIndex_v2, lib.nvmlDeviceGetName, lib.nvmlDeviceGetUUID,
+         lib.nvmlDeviceGetMemoryInfo, lib.nvmlDeviceGetMigMode]
+    calls = [lambda: f[0](0, ref(h)), lambda: f[1](h, text, 96), lambda: f[2](h, text, 96),
+             lambda: f[3](h, ref(mem)), lambda: f[4](h, ref(cur), ref(pend))]
+names = json.loads(sys.argv[4])
+out = {}
+for name, call in zip(names, calls):
+    first = call()
+    # pynvml raises on an error; a raw call must answer SUCCESS or it measures an error path
+    assert binding == "pynvml" or first == 0, f"{name}: {first}"
+    done, start = 0, time.process_time()
+    while True:
+        for _ in range(1000):
+            call()
+        done += 1000
+        used = time.process_time() - start
+        if used >= target:
+            break
+    out[name] = done / used
+print(json.dumps(out))
+"""
+
+
+@dataclass
+class Library:
+    name: str
+    path: Path | None  # None: not built, see `reason`
+    env: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    source: str = ""
+
+
+# --- the libraries ------------------------------------------------------------------------------
+
+
+def exported_functions(lib: Path) -> list[str]:
+    """The function symbols a shared library defines (nm -D), sorted."""
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                         text=True, check=True).stdout
+    return sorted({parts[2].split("@")[0] for parts in (line.split() for line in
+                                                         out.splitlines())
+                   if len(parts) == 3 and parts[1] in ("T", "W")})
+
+
+def noop_source(symbols: list[str]) -> str:
+    """C source of the no-op library: every symbol returns 0 (NVML_SUCCESS) and writes
+    nothing; nvmlErrorString answers "" since callers dereference its result."""
+    lines = ["/* generated by benchmarks/nvml_peers.py: the no-op NVML (the limit) */"]
+    for name in symbols:
+        if name == "nvmlErrorString":
+            lines.append(f"const char *{name}(void) {{ return \"\"; }}")
+        else:
+            lines.append(f"int {name}(void) {{ return 0; }}")
+    return "\n".join(lines) + "\n"
+
+
+def build_noop(fakegpu_lib: Path, out_dir: Path) -> Library:
+    src = out_dir / "noop_nvml.c"
+    src.write_text(noop_source(exported_functions(fakegpu_lib)))
+    lib = out_dir / "noop" / "libnvidia-ml.so.1"
+    lib.parent.mkdir()
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1",
+                    str(src), "-o", str(lib)], check=True)
+    return Library("no-op", lib, source="generated")
+
+
+def _mock_tree(args: argparse.Namespace, work: Path) -> tuple[Path, str]:
+    """The nvml-mock source tree and a label for it (the commit when from git)."""
+    if args.mock_src:
+        return Path(args.mock_src), str(args.mock_src)
+    git_dir = Path(args.mock_git)
+    if not git_dir.exists():
+        raise FileNotFoundError(f"no k8s-test-infra source: {git_dir} is missing (give "
+                                "--mock-src or --mock-git)")
+    commit = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    tree = work / "k8s-test-infra"
+    tree.mkdir()
+    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", commit],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree, f"NVIDIA/k8s-test-infra@{commit[:10]}"
+
+
+def build_mock(args: argparse.Namespace, work: Path) -> Library:
+    """Build nvml-mock with its own Makefile (NO_PADDING=1: its padding only grows the file to
+    a real driver's 14 MiB), cached per source under fakegpu's cache directory."""
+    try:
+        tree, label = _mock_tree(args, work)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return Library("nvml-mock", None, reason=str(exc).splitlines()[0])
+    mock = tree / "pkg" / "gpu" / "mocknvml"
+    key = hashlib.sha256(label.encode()).hexdigest()[:12]
+    cached = paths.cache_dir() / "bench" / f"nvml-mock-{key}"
+    lib = cached / "libnvidia-ml.so.1"
+    if not lib.exists():
+        if not (mock / "Makefile").exists() or shutil.which("go") is None:
+            why = "no Go toolchain" if shutil.which("go") is None else f"{mock} has no Makefile"
+            return Library("nvml-mock", None, reason=why, source=label)
+        print(f"building nvml-mock from {label} (Go, c-shared; minutes when cold) ...",
+              flush=True)
+        made = subprocess.run(["make", "-C", str(mock), "NO_PADDING=1"], capture_output=True,
+                              text=True, check=False)
+        if made.returncode != 0:
+            tail = (made.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return Library("nvml-mock", None, reason=f"make failed: {tail}", source=label)
+        built = sorted(mock.glob("libnvidia-ml.so.*.*"))
+        if not built:
+            return Library("nvml-mock", None, reason="make built no libnvidia-ml.so.<version>",
+                           source=label)
+        staging = Path(tempfile.mkdtemp(dir=cached.parent if cached.parent.exists() else None))
+        shutil.copy2(built[0], staging / "libnvidia-ml.so.1")
+        shutil.copy2(mock / MOCK_CONFIG, staging / "config.yaml")
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(cached)
+    return Library("nvml-mock", lib, env={"MOCK_NVML_CONFIG": str(cached / "config.yaml")},
+                   source=label)
+
+
+def fakegpu_library(out_dir: Path) -> Library:
+    topology = load_topology(REPO / "fixtures" / "dgx-h100.yaml")
+    path = state.render(topology, topology.nodes[0], out_dir / "bench.state")
+    lib = env.libdir() / env.LIBNAME
+    return Library("fakegpu", lib, env=env.env(path), source=f"this tree ({REPO})")
+
+
+def c_driver(out_dir: Path) -> Path:
+    exe = out_dir / "nvml_calls"
+    subprocess.run(["gcc", "-O2", f"-I{build.find_header().parent}",
+                    str(REPO / "benchmarks" / "nvml_calls.c"), "-o", str(exe), "-ldl"],
+                   check=True)
+    return exe
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+def run_one(lib: Library, binding: str, seconds: float, exe: Path) -> dict[str, float]:
+    assert lib.path is not None
+    environ = {**os.environ, **lib.env,
+               # pynvml finds libnvidia-ml.so.1 by name; the others get the path
+               "LD_LIBRARY_PATH": str(lib.path.parent)}
+    if binding == "C":
+        cmd = [str(exe), str(lib.path), str(seconds)]
+    else:
+        cmd = [sys.executable, "-c", PY_RUNNER, binding, str(lib.path), str(seconds),
+               json.dumps(CALLS)]
+    out = subprocess.run(cmd, env=environ, capture_output=True, text=True, check=False,
+                         timeout=600)
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"{lib.name} through {binding}: exit {out.returncode}: {tail}")
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
+def aggregate(samples: dict[str, dict[str, dict[str, list[float]]]]
+              ) -> dict[str, dict[str, dict[str, float]]]:
+    """Median per library, binding and call over the rounds."""
+    return {lib: {binding: {call: statistics.median(values) for call, values in calls.items()}
+                  for binding, calls in bindings.items()}
+            for lib, bindings in samples.items()}
+
+
+def ratios(medians: dict[str, dict[str, dict[str, float]]], numerator: str, denominator: str
+           ) -> dict[str, dict[str, float]]:
+    """numerator's calls per CPU-second over denominator's, per binding and call; empty when
+    either was not measured."""
+    if numerator not in medians or denominator not in medians:
+        return {}
+    return {binding: {call: medians[numerator][binding][call] / medians[denominator][binding][call]
+                      for call in calls}
+            for binding, calls in medians[numerator].items()}
+
+
+def rate(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g}"
+
+
+def table(medians: dict[str, dict[str, dict[str, float]]], libs: list[Library]) -> str:
+    built = [lib.name for lib in libs if lib.path is not None]
+    head = f"{'binding':<7} {'call':<30}" + "".join(f" {n:>11}" for n in built)
+    if "nvml-mock" in built:
+        head += f" {'fg/mock':>8}"
+    head += f" {'fg/no-op':>8}"
+    rows = [head + "   (calls per CPU-second)"]
+    for binding in BINDINGS:
+        for call in CALLS:
+            row = f"{binding:<7} {call:<30}"
+            row += "".join(f" {rate(medians[n][binding][call]):>11}" for n in built)
+            fg = medians["fakegpu"][binding][call]
+            if "nvml-mock" in built:
+                row += f" {fg / medians['nvml-mock'][binding][call]:>8.2f}"
+            row += f" {fg / medians['no-op'][binding][call]:>8.3f}"
+            rows.append(row)
+    rows += [f"{lib.name}: not built: {lib.reason}" for lib in libs if lib.path is None]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=0.3,
+                        help="CPU seconds per call per process (default %(default)s)")
+    parser.add_argument("--mock-git", default=str(MOCK_GIT), metavar="GIT_DIR",
+                        help="k8s-test-infra git directory (default %(default)s)")
+    parser.add_argument("--mock-src", metavar="DIR", help="a k8s-test-infra checkout instead")
+    parser.add_argument("--json", type=Path,
+                        default=REPO / "reports" / "benchmarks" / "nvml_peers.json")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds must be at least 1 and --seconds above 0")
+    with tempfile.TemporaryDirectory(prefix="fg-nvml-peers-") as tmp:
+        work = Path(tmp)
+        fakegpu = fakegpu_library(work)
+        libs = [fakegpu, build_mock(args, work), build_noop(fakegpu.path or Path(), work)]
+        exe = c_driver(work)
+        measured = [lib for lib in libs if lib.path is not None]
+        samples: dict[str, dict[str, dict[str, list[float]]]] = {
+            lib.name: {b: {c: [] for c in CALLS} for b in BINDINGS} for lib in measured}
+        load_before = load_average()
+        started = time.time()
+        for r in range(args.rounds):
+            order = measured[r % len(measured):] + measured[:r % len(measured)]
+            for binding in BINDINGS:
+                for lib in order:
+                    for call, value in run_one(lib, binding, args.seconds, exe).items():
+                        samples[lib.name][binding][call].append(value)
+            print(f"round {r + 1}/{args.rounds} done", flush=True)
+        medians = aggregate(samples)
+    result: dict[str, Any] = {
+        "benchmark": "nvml_peers", "machine": machine(), "started": started,
+        "wall_s": round(time.time() - started, 1),
+        "load_average": {"before": load_before, "after": load_average()},
+        "rounds": args.rounds, "cpu_seconds_per_call": args.seconds,
+        "libraries": {lib.name: {"built": lib.path is not None, "reason": lib.reason,
+                                 "source": lib.source} for lib in libs},
+        "calls_per_cpu_second": medians, "samples": samples,
+        "fakegpu_over_peer": ratios(medians, "fakegpu", "nvml-mock"),
+        "fakegpu_over_limit": ratios(medians, "fakegpu", "no-op"),
+    }
+    print(table(medians, libs))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
