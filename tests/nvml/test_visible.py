@@ -78,3 +78,56 @@ def test_a_mig_device_shows_its_gpu(tmp_path: Path) -> None:
     seen = _read(state, mig)
     assert seen["count"] == 1
     assert parent.endswith(f"(UUID: {seen['gpus'][0][0]})")  # type: ignore[index]
+
+
+_READ_MIG = r"""
+import json, sys, pynvml as n
+n.nvmlInit()
+out = {"gpus": [], "hidden": {}}
+for i in range(n.nvmlDeviceGetCount()):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    migs = []
+    for j in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+        try:
+            migs.append(n.nvmlDeviceGetUUID(n.nvmlDeviceGetMigDeviceHandleByIndex(h, j)))
+        except n.NVMLError:
+            pass
+    out["gpus"].append([n.nvmlDeviceGetUUID(h), migs])
+for uuid in sys.argv[1:]:
+    try:
+        n.nvmlDeviceGetHandleByUUID(uuid)
+        out["hidden"][uuid] = "found"
+    except n.NVMLError as e:
+        out["hidden"][uuid] = str(e)
+print(json.dumps(out))
+"""
+
+
+def _mig_devices(state: Path) -> dict[str, list[str]]:
+    """Each MIG-mode GPU's UUID -> its MIG devices' UUIDs, as pynvml reads them unviewed."""
+    out = subprocess.run([sys.executable, "-c", _READ_MIG], env={**os.environ, **env(state)},
+                         capture_output=True, text=True, timeout=60, check=True)
+    return {gpu: migs for gpu, migs in json.loads(out.stdout)["gpus"] if migs}
+
+
+def test_a_mig_device_shows_only_itself_of_its_gpus_mig_devices(tmp_path: Path) -> None:
+    # A container given MIG devices sees their GPUs and, of each GPU's MIG devices, only its
+    # own, numbered from 0 (NVIDIA's runtime gives it only those devices' capabilities); a
+    # GPU listed by its own UUID shows all of its MIG devices.
+    topology = load_topology(repo_fixtures_dir() / "partitioning.yaml")
+    state = ensure_state(topology, "a100-mig", tmp_path / "mig.state")
+    (gpu0, migs0), (gpu1, migs1) = list(_mig_devices(state).items())[:2]
+    assert len(migs0) > 2 and len(migs1) > 1, "the fixture's GPUs have several MIG devices"
+    given = [migs0[1], migs1[-1]]
+    others = [m for m in migs0 + migs1 if m not in given]
+    out = subprocess.run([sys.executable, "-c", _READ_MIG, *others],
+                         env={**os.environ, **env(state),
+                              "FAKEGPU_NVML_VISIBLE": ",".join(given)},
+                         capture_output=True, text=True, timeout=60, check=True)
+    seen = json.loads(out.stdout)
+    assert seen["gpus"] == [[gpu0, [migs0[1]]], [gpu1, [migs1[-1]]]]
+    assert seen["hidden"] == {m: "Not Found" for m in others}
+    whole = subprocess.run([sys.executable, "-c", _READ_MIG],
+                           env={**os.environ, **env(state), "FAKEGPU_NVML_VISIBLE": gpu1},
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(whole.stdout)["gpus"] == [[gpu1, migs1]]

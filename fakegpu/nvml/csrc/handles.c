@@ -110,6 +110,8 @@ nvmlReturn_t fg_device_any(nvmlDevice_t h, struct fg_ref *ref)
     if (gpu >= fg_gpu_count || !fg_view_shows(gpu)) return NVML_ERROR_INVALID_ARGUMENT;
     *ref = (struct fg_ref){gpu, ((uint32_t)i / FGS_MAX_CIS) % FGS_MAX_GIS,
                            (uint32_t)i % FGS_MAX_CIS, 1};
+    if (!fg_view_shows_mig_slot(gpu, ref->gi_slot, ref->ci_slot))
+        return NVML_ERROR_INVALID_ARGUMENT; /* another container's MIG device */
     return NVML_SUCCESS;
 }
 

@@ -218,6 +218,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
                 if (!d.gis[g].active) continue;
                 for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
                     if (!d.gis[g].cis[c].active) continue;
+                    if (!fg_view_shows_mig(i, d.gis[g].id, d.gis[g].cis[c].id)) continue;
                     fg_mig_uuid(i, d.gis[g].id, d.gis[g].cis[c].id, buf, sizeof(buf));
                     if (strncmp(buf, uuid, sizeof(buf)) == 0) {
                         if (d.lost) return NVML_ERROR_GPU_IS_LOST;

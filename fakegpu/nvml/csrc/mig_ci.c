@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "fakegpu.h"
+#include "visible.h"
 
 /* compute-instance profiles: NVML_COMPUTE_INSTANCE_PROFILE_* index -> compute slices */
 static const uint32_t ci_profile_slices[NVML_COMPUTE_INSTANCE_PROFILE_COUNT] = {
@@ -338,6 +339,8 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
         if (!d.gis[g].active) continue;
         for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
             if (!d.gis[g].cis[c].active) continue;
+            /* a container's own MIG devices only, numbered from 0 as its nvidia-smi shows */
+            if (!fg_view_shows_mig(ref.gpu, d.gis[g].id, d.gis[g].cis[c].id)) continue;
             if (n++ == index) {
                 *migDevice = fg_mig_handle(ref.gpu, g, c);
                 return NVML_SUCCESS;

@@ -7,9 +7,15 @@
 #include "fakegpu.h"
 #include "visible.h"
 
+/* MIG devices a view can list one by one: every instance of 32 fully split GPUs. */
+#define FG_VIEW_MAX_MIG 256u
+
 static int all = 1;
 static uint32_t shown[FGS_MAX_GPUS];   /* view index -> GPU */
 static uint32_t n_shown;
+static uint8_t whole[FGS_MAX_GPUS];    /* the GPU's own UUID is listed: all its MIG devices */
+static struct { uint32_t gpu, gi, ci; } migs[FG_VIEW_MAX_MIG]; /* listed MIG devices, by ids */
+static uint32_t n_migs;
 
 /* Is ``uuid`` (length len) listed in the comma-separated ``list``? */
 static int listed(const char *list, const char *uuid)
@@ -25,21 +31,26 @@ static int listed(const char *list, const char *uuid)
     return 0;
 }
 
+/* Records the GPU's listed MIG devices (by GPU instance and compute instance id, which the
+ * MIG UUID is made of); 1 when the GPU itself or one of them is listed. */
 static int gpu_listed(const char *list, uint32_t gpu)
 {
-    if (listed(list, fg_static(gpu)->uuid)) return 1;
+    whole[gpu] = (uint8_t)listed(list, fg_static(gpu)->uuid);
     struct fgs_gpu_dynamic d;
-    if (fg_read_dyn(gpu, &d) != NVML_SUCCESS || !d.mig_current) return 0;
+    if (fg_read_dyn(gpu, &d) != NVML_SUCCESS || !d.mig_current) return whole[gpu];
+    int any = whole[gpu];
     char buf[FGS_STR];
     for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
         if (!d.gis[g].active) continue;
         for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
             if (!d.gis[g].cis[c].active) continue;
             fg_mig_uuid(gpu, d.gis[g].id, d.gis[g].cis[c].id, buf, sizeof(buf));
-            if (listed(list, buf)) return 1;
+            if (!listed(list, buf) || n_migs >= FG_VIEW_MAX_MIG) continue;
+            migs[n_migs++] = (typeof(migs[0])){gpu, d.gis[g].id, d.gis[g].cis[c].id};
+            any = 1;
         }
     }
-    return 0;
+    return any;
 }
 
 void fg_view_open(void)
@@ -47,6 +58,7 @@ void fg_view_open(void)
     const char *list = getenv(FG_VISIBLE_ENV);
     all = list == NULL || *list == '\0' || strcmp(list, "all") == 0;
     n_shown = 0;
+    n_migs = 0;
     if (all) return;
     for (uint32_t gpu = 0; gpu < fg_gpu_count && n_shown < FGS_MAX_GPUS; gpu++)
         if (gpu_listed(list, gpu)) shown[n_shown++] = gpu;
@@ -67,6 +79,26 @@ int fg_view_shows(uint32_t gpu)
     for (uint32_t i = 0; i < n_shown; i++)
         if (shown[i] == gpu) return 1;
     return 0;
+}
+
+int fg_view_shows_mig(uint32_t gpu, uint32_t gi_id, uint32_t ci_id)
+{
+    if (all) return gpu < fg_gpu_count;
+    if (!fg_view_shows(gpu)) return 0;
+    if (whole[gpu]) return 1;
+    for (uint32_t i = 0; i < n_migs; i++)
+        if (migs[i].gpu == gpu && migs[i].gi == gi_id && migs[i].ci == ci_id) return 1;
+    return 0;
+}
+
+int fg_view_shows_mig_slot(uint32_t gpu, uint32_t gi_slot, uint32_t ci_slot)
+{
+    if (all) return gpu < fg_gpu_count;
+    struct fgs_gpu_dynamic d;
+    if (gi_slot >= FGS_MAX_GIS || ci_slot >= FGS_MAX_CIS) return 0;
+    if (fg_read_dyn(gpu, &d) != NVML_SUCCESS) return fg_view_shows(gpu); /* its own error */
+    const struct fgs_gi *gi = &d.gis[gi_slot];
+    return fg_view_shows_mig(gpu, gi->id, gi->cis[ci_slot].id);
 }
 
 uint32_t fg_view_index(uint32_t gpu, uint32_t node_index)
