@@ -43,7 +43,7 @@ _RANGE_DIGITS = 9  # node names are at most 63 characters anyway
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a Kubernetes node name
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 _TOP_KEYS = ("name", "seed", "driver", "fabrics", "nodes")
-_NODE_KEYS = ("name", "system", "gpus", "nvlink", "faults")
+_NODE_KEYS = ("name", "system", "gpus", "nvlink", "faults", "simulated")
 _FAULTS_WITH_VALUE = {FaultKind.XID, FaultKind.NVLINK_DOWN}
 
 
@@ -264,6 +264,7 @@ class _NodeSpec:
     faults: tuple[tuple[Fault, ...], ...]  # per GPU
     gpu_pci: tuple[PciAddress, ...]
     switch_pci: tuple[PciAddress, ...]
+    simulated: bool = False  # a fleet node: KWOK keeps it, fakegpu publishes its slices
 
     @staticmethod
     def parse(report: Report, data: dict[str, Any], path: str,
@@ -277,7 +278,8 @@ class _NodeSpec:
                             default=board.system if board else product.key)
         nvlink = _nvlink(report, data.get("nvlink"), join(path, "nvlink"), product, fabrics)
         faults = _faults(report, data.get("faults"), join(path, "faults"), gpus, nvlink)
-        if system is None or nvlink is None or faults is None:
+        simulated = report.get(data, "simulated", path, bool, default=False)
+        if system is None or nvlink is None or faults is None or simulated is None:
             return None
         # Dynamic MIG is the node plugin's mode (NVIDIA's feature gate): all MIG GPUs or none.
         dynamic = {g.mig.dynamic for g in gpus if g.product.mig is not None}
@@ -296,7 +298,7 @@ class _NodeSpec:
             return None
         per_gpu = tuple(tuple(f for g, f in faults if g == i) for i in range(len(gpus)))
         return _NodeSpec(system, tuple(gpus), nvlink, per_gpu, tuple(gpu_pci),
-                         tuple(switch_pci))
+                         tuple(switch_pci), simulated)
 
     def node(self, name: str, position: int, seed: int, fabrics: dict[str, _Fabric]) -> Node:
         product = self.gpus[0].product
@@ -327,7 +329,7 @@ class _NodeSpec:
                 nvlinks=self._links(name, switches, down), fabric=fabric,
                 mig=spec.mig, faults=faults, shared=spec.shared))
         return Node(name=name, index=position, gpus=tuple(gpus), nvswitches=tuple(switches),
-                    system=self.system, numa_nodes=max(numa) + 1)
+                    system=self.system, numa_nodes=max(numa) + 1, simulated=self.simulated)
 
     def _switches(self, node: str, seed: int) -> list[NvSwitch]:
         if self.nvlink.mode != "switched":

@@ -238,6 +238,9 @@ class Node:
     nvswitches: tuple[NvSwitch, ...] = ()
     system: str | None = None  # e.g. "DGX H100", "GB200 NVL72 compute tray"
     numa_nodes: int = 1
+    # A fleet node (docs/scale.md): no kubelet; KWOK keeps it Ready and its pods Running,
+    # fakegpu's fleet publisher writes its ResourceSlices as its plugin would.
+    simulated: bool = False
 
     def gpu(self, index: int) -> Gpu:
         return self.gpus[index]
@@ -282,3 +285,13 @@ class Topology:
     @property
     def gpu_count(self) -> int:
         return sum(len(n.gpus) for n in self.nodes)
+
+    @property
+    def real_nodes(self) -> tuple[Node, ...]:
+        """Nodes with a kubelet and the plugin of their own."""
+        return tuple(n for n in self.nodes if not n.simulated)
+
+    @property
+    def simulated_nodes(self) -> tuple[Node, ...]:
+        """Fleet nodes: kept by KWOK, their slices published by fakegpu."""
+        return tuple(n for n in self.nodes if n.simulated)

@@ -24,6 +24,7 @@ def _node_json(node: Node) -> dict[str, Any]:
         "name": node.name,
         "index": node.index,
         "system": node.system,
+        "simulated": node.simulated,
         "nvswitches": [{"index": s.index, "uuid": s.uuid, "pci_bus_id": s.pci.bus_id,
                         "links": s.links} for s in node.nvswitches],
         "gpus": [_gpu_json(g) for g in node.gpus],
