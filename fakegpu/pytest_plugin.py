@@ -57,6 +57,7 @@ class Options:
     cluster_name: str
     reports_dir: Path
     driver: str = "fakegpu"  # fakegpu.cluster.DRIVERS: who the plugins of the cluster are
+    image_aliases: tuple[str, ...] = ()  # normalized names the workload image also gets
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -88,10 +89,17 @@ class Options:
             validate_name(name)  # the providers' own rule: a name they refuse fails here
         except InvalidInput:
             raise pytest.UsageError(f"--cluster-name: {name!r} must be {RULE}") from None
+        from fakegpu.cluster import imagealiases
+
+        try:
+            aliases = tuple(imagealiases.normalize_all(
+                config.getoption("fakegpu_image_alias") or ()))
+        except InvalidInput as err:
+            raise pytest.UsageError(f"--fakegpu-image-alias: {err}") from None
         return cls(provider=provider, k8s_version=None if version is None else str(version),
                    topology=topology, keep_cluster=bool(config.getoption("keep_cluster")),
                    cluster_name=name, reports_dir=config.rootpath / REPORTS_SUBDIR,
-                   driver=str(config.getoption("fakegpu_driver")))
+                   driver=str(config.getoption("fakegpu_driver")), image_aliases=aliases)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -111,6 +119,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default="fakegpu",
                     help="fakegpu: the plugin as gpu.fakegpu.dev; nvidia: NVIDIA-compatible "
                          "(gpu.nvidia.com, NVIDIA's DeviceClasses) (default: fakegpu)")
+    group.addoption("--fakegpu-image-alias", dest="fakegpu_image_alias", action="append",
+                    default=[], metavar="NAME:TAG",
+                    help="also name the workload image NAME:TAG on the cluster's nodes "
+                         "(repeatable; e.g. ubuntu:22.04 for manifests written for real "
+                         "clusters, e2e/nvidia/)")
     group.addoption("--cluster-name", dest="cluster_name", default=DEFAULT_CLUSTER_NAME,
                     metavar="NAME",
                     help=f"name of the e2e cluster (default: {DEFAULT_CLUSTER_NAME})")
@@ -275,6 +288,7 @@ class E2ESession:
                             + f"{name}`)"))
                     self._say(f"fakegpu: reusing running cluster {name} "
                               f"(--keep-cluster)")
+                    _alias_images(running, opts.image_aliases)
                     return Outcome(info=running, reused=True)
             if not topology.is_file():
                 return Outcome(error=f"topology {topology} does not exist")
@@ -283,6 +297,7 @@ class E2ESession:
                       f"{opts.k8s_version or 'newest supported'}); the first run builds the "
                       "binaries, which takes a long time")
             info = provider.up(name, topology, opts.k8s_version)
+            _alias_images(info, opts.image_aliases)
         except Exception as err:  # every failure to come up is an error of the e2e tests
             return Outcome(error=f"bringing up cluster {name} failed: "
                                  f"{_describe(err)}")
@@ -480,6 +495,15 @@ def item_topology(config: pytest.Config, item: pytest.Item) -> Path:
 def _wants_cluster(item: pytest.Item) -> bool:
     return item.get_closest_marker(E2E_MARKER) is not None or "fakegpu_cluster" in getattr(
         item, "fixturenames", ())
+
+
+def _alias_images(info: ClusterInfo, aliases: tuple[str, ...]) -> None:
+    """--fakegpu-image-alias: the workload image under those names too (tags are idempotent,
+    so a reused cluster gets them as well)."""
+    if aliases:
+        from fakegpu.cluster import imagealiases
+
+        imagealiases.apply(info, aliases)
 
 
 def _describe(err: BaseException) -> str:

@@ -57,6 +57,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="fakegpu: driver gpu.fakegpu.dev; nvidia: NVIDIA-compatible, driver "
                          "gpu.nvidia.com with NVIDIA's DeviceClasses (gpu.nvidia.com, "
                          "mig.nvidia.com) and nvidia.com/gpu (default: %(default)s)")
+    up.add_argument("--image-alias", action="append", default=[], metavar="NAME:TAG",
+                    help="also name the workload image NAME:TAG on every node (repeatable), "
+                         "so manifests naming e.g. ubuntu:22.04 run on nodes that cannot "
+                         "pull (docs/cluster.md#offline-image-names)")
     name_arg(up)
     up.set_defaults(func=_up)
 
@@ -135,7 +139,13 @@ def _up(args: argparse.Namespace) -> int:
     topology = args.topology or default_topology()
     provider = _provider(args, console, retain=args.retain)
     start = time.monotonic()
+    from fakegpu.cluster import imagealiases
+
+    aliases = imagealiases.normalize_all(args.image_alias)  # a bad name exits 2 before bring-up
     info = provider.up(args.name, topology, args.k8s_version)
+    if aliases:
+        imagealiases.apply(info, aliases)
+        console.print(f"workload image also named {', '.join(aliases)}")
     console.print(f"[bold green]cluster {info.name!r} is ready[/] "
                   f"({len(info.nodes)} nodes, Kubernetes {info.k8s_version}, "
                   f"{time.monotonic() - start:.0f}s)")
