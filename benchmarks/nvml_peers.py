@@ -4,10 +4,9 @@ no-op library, through pynvml, ctypes and C, interleaved in one run.
 - fakegpu: fakegpu's libnvidia-ml.so.1 on a rendered state file (fixtures/dgx-h100.yaml, first
   node: 8 x H100).
 - nvml-mock: NVIDIA's mock NVML (github.com/NVIDIA/k8s-test-infra, pkg/gpu/mocknvml: a Go
-  c-shared library), built here from its own source OUTSIDE this tree (a copy under the cache,
-  never committed) with its configs/mock-nvml-config-h100.yaml. The source is a git directory
-  (--mock-git, default the local snapshot) or a checkout (--mock-src). When it cannot be built,
-  the results say so and why; nothing is estimated.
+  c-shared library), built from its own source OUTSIDE this tree (peers.py; --mock-git) with
+  its configs/mock-nvml-config-h100.yaml. When it cannot be built, the results say so and why;
+  nothing is estimated.
 - no-op: the physical limit: a library generated at run time from a C file that exports every
   symbol fakegpu's library exports, each returning NVML_SUCCESS and touching nothing.
 
@@ -23,29 +22,24 @@ Usage: .venv/bin/python benchmarks/nvml_peers.py [--rounds 3] [--seconds 0.3] [-
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchlib import load_average, machine
+from peers import NVML_MOCK_GIT, Peer, nvml_mock
 
-from fakegpu import paths
 from fakegpu.nvml import build, env, state
 from fakegpu.topology.load import load_topology
 
 REPO = Path(__file__).resolve().parents[1]
 
-MOCK_GIT = Path("/work/.mirror/NVIDIA+k8s-test-infra/repo")
-MOCK_CONFIG = "configs/mock-nvml-config-h100.yaml"
 BINDINGS = ("C", "ctypes", "pynvml")
 LIBRARIES = ("fakegpu", "nvml-mock", "no-op")
 CALLS = ("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
@@ -93,13 +87,6 @@ print(json.dumps(out))
 """
 
 
-@dataclass
-class Library:
-    name: str
-    path: Path | None  # None: not built, see `reason`
-    env: dict[str, str] = field(default_factory=dict)
-    reason: str = ""
-    source: str = ""
 
 
 # --- the libraries ------------------------------------------------------------------------------
@@ -126,74 +113,21 @@ def noop_source(symbols: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_noop(fakegpu_lib: Path, out_dir: Path) -> Library:
+def build_noop(fakegpu_lib: Path, out_dir: Path) -> Peer:
     src = out_dir / "noop_nvml.c"
     src.write_text(noop_source(exported_functions(fakegpu_lib)))
     lib = out_dir / "noop" / "libnvidia-ml.so.1"
     lib.parent.mkdir()
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-Wl,-soname,libnvidia-ml.so.1",
                     str(src), "-o", str(lib)], check=True)
-    return Library("no-op", lib, source="generated")
+    return Peer("no-op", lib, source="generated")
 
 
-def _mock_tree(args: argparse.Namespace, work: Path) -> tuple[Path, str]:
-    """The nvml-mock source tree and a label for it (the commit when from git)."""
-    if args.mock_src:
-        return Path(args.mock_src), str(args.mock_src)
-    git_dir = Path(args.mock_git)
-    if not git_dir.exists():
-        raise FileNotFoundError(f"no k8s-test-infra source: {git_dir} is missing (give "
-                                "--mock-src or --mock-git)")
-    commit = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "HEAD"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    tree = work / "k8s-test-infra"
-    tree.mkdir()
-    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", commit],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    return tree, f"NVIDIA/k8s-test-infra@{commit[:10]}"
-
-
-def build_mock(args: argparse.Namespace, work: Path) -> Library:
-    """Build nvml-mock with its own Makefile (NO_PADDING=1: its padding only grows the file to
-    a real driver's 14 MiB), cached per source under fakegpu's cache directory."""
-    try:
-        tree, label = _mock_tree(args, work)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        return Library("nvml-mock", None, reason=str(exc).splitlines()[0])
-    mock = tree / "pkg" / "gpu" / "mocknvml"
-    key = hashlib.sha256(label.encode()).hexdigest()[:12]
-    cached = paths.cache_dir() / "bench" / f"nvml-mock-{key}"
-    lib = cached / "libnvidia-ml.so.1"
-    if not lib.exists():
-        if not (mock / "Makefile").exists() or shutil.which("go") is None:
-            why = "no Go toolchain" if shutil.which("go") is None else f"{mock} has no Makefile"
-            return Library("nvml-mock", None, reason=why, source=label)
-        print(f"building nvml-mock from {label} (Go, c-shared; minutes when cold) ...",
-              flush=True)
-        made = subprocess.run(["make", "-C", str(mock), "NO_PADDING=1"], capture_output=True,
-                              text=True, check=False)
-        if made.returncode != 0:
-            tail = (made.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return Library("nvml-mock", None, reason=f"make failed: {tail}", source=label)
-        built = sorted(mock.glob("libnvidia-ml.so.*.*"))
-        if not built:
-            return Library("nvml-mock", None, reason="make built no libnvidia-ml.so.<version>",
-                           source=label)
-        staging = Path(tempfile.mkdtemp(dir=cached.parent if cached.parent.exists() else None))
-        shutil.copy2(built[0], staging / "libnvidia-ml.so.1")
-        shutil.copy2(mock / MOCK_CONFIG, staging / "config.yaml")
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(cached)
-    return Library("nvml-mock", lib, env={"MOCK_NVML_CONFIG": str(cached / "config.yaml")},
-                   source=label)
-
-
-def fakegpu_library(out_dir: Path) -> Library:
+def fakegpu_library(out_dir: Path) -> Peer:
     topology = load_topology(REPO / "fixtures" / "dgx-h100.yaml")
     path = state.render(topology, topology.nodes[0], out_dir / "bench.state")
     lib = env.libdir() / env.LIBNAME
-    return Library("fakegpu", lib, env=env.env(path), source=f"this tree ({REPO})")
+    return Peer("fakegpu", lib, env=env.env(path), source=f"this tree ({REPO})")
 
 
 def c_driver(out_dir: Path) -> Path:
@@ -207,7 +141,7 @@ def c_driver(out_dir: Path) -> Path:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def run_one(lib: Library, binding: str, seconds: float, exe: Path) -> dict[str, float]:
+def run_one(lib: Peer, binding: str, seconds: float, exe: Path) -> dict[str, float]:
     assert lib.path is not None
     environ = {**os.environ, **lib.env,
                # pynvml finds libnvidia-ml.so.1 by name; the others get the path
@@ -252,7 +186,7 @@ def rate(value: float) -> str:
     return f"{value:.3g}"
 
 
-def table(medians: dict[str, dict[str, dict[str, float]]], libs: list[Library]) -> str:
+def table(medians: dict[str, dict[str, dict[str, float]]], libs: list[Peer]) -> str:
     built = [lib.name for lib in libs if lib.path is not None]
     head = f"{'binding':<7} {'call':<30}" + "".join(f" {n:>11}" for n in built)
     if "nvml-mock" in built:
@@ -277,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=0.3,
                         help="CPU seconds per call per process (default %(default)s)")
-    parser.add_argument("--mock-git", default=str(MOCK_GIT), metavar="GIT_DIR",
-                        help="k8s-test-infra git directory (default %(default)s)")
-    parser.add_argument("--mock-src", metavar="DIR", help="a k8s-test-infra checkout instead")
+    parser.add_argument("--mock-git", type=Path, default=NVML_MOCK_GIT, metavar="GIT_DIR",
+                        help="NVIDIA/k8s-test-infra git directory (default %(default)s)")
     parser.add_argument("--json", type=Path,
                         default=REPO / "reports" / "benchmarks" / "nvml_peers.json")
     args = parser.parse_args(argv)
@@ -288,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fg-nvml-peers-") as tmp:
         work = Path(tmp)
         fakegpu = fakegpu_library(work)
-        libs = [fakegpu, build_mock(args, work), build_noop(fakegpu.path or Path(), work)]
+        libs = [fakegpu, nvml_mock(args.mock_git), build_noop(fakegpu.path or Path(), work)]
         exe = c_driver(work)
         measured = [lib for lib in libs if lib.path is not None]
         samples: dict[str, dict[str, dict[str, list[float]]]] = {

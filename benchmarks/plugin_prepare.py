@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from benchlib import load_average, machine
+from peers import EXAMPLE_DRIVER_GIT, example_driver
 
 from fakegpu.plugin.discovery import Device, Inventory
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
@@ -56,6 +58,13 @@ DRIVER, GPUS, CLAIMS, NAMESPACE = "gpu.fakegpu.dev", 8, 100, "bench"
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = (1, 10, 100)
 MIN_SAMPLES = 200  # per concurrency: --rounds per worker, or more when that gives fewer
+# The example driver as the benchmark runs it: writing device status as fakegpu does, and with
+# client limits that do not throttle it (its defaults, 5 qps and burst 10, would measure them).
+EXAMPLE_COMMAND = ("{binary} --node-name {node} --cdi-root {root}/cdi-example "
+                   "--kubelet-registrar-directory-path {root}/kubelet/plugins_registry "
+                   "--kubelet-plugins-directory-path {root}/kubelet/plugins "
+                   "--kubeconfig {kubeconfig} --gpu-device-status "
+                   "--kube-api-qps 1000 --kube-api-burst 1000")
 
 
 def _inventory() -> Inventory:
@@ -108,80 +117,111 @@ def in_process(root: Path, hold: int) -> Iterator[tuple[Path, dict[str, str]]]:
 
 
 @contextmanager
-def with_apiserver(root: Path, external: str | None,
-                   external_driver: str) -> Iterator[tuple[Path, dict[str, str]]]:
+def control_plane(root: Path) -> Iterator[tuple[Path, Any]]:
+    """A real etcd + kube-apiserver (cached binaries), the benchmark's namespace and node:
+    (kubeconfig, CustomObjectsApi)."""
     from kubernetes import client, config
 
     from fakegpu.cluster.controlplane import ControlPlane
-    from fakegpu.nvml import env as nvml
-    from fakegpu.nvml import state
-    from fakegpu.topology.load import load_topology
 
     bins = _control_plane_binaries()
     if bins is None:
         print("no cached kube-apiserver + etcd (fakegpu cluster up builds them): "
               "--apiserver skipped")
         sys.exit(0)
-    topology = load_topology(REPO / "fixtures" / "hgx-h200.yaml")
-    node = topology.nodes[0].name
-    driver = external_driver if external else DRIVER
     with ControlPlane(root / "cp", bins, controllers=False) as cp:
         api = config.new_client_from_config(str(cp.kubeconfig))
         core = client.CoreV1Api(api)
         core.create_namespace({"metadata": {"name": NAMESPACE}})
         # The node exists, as on a cluster: a plugin that publishes slices finds it.
-        core.create_node({"metadata": {"name": node}})
-        objects = client.CustomObjectsApi(api)
-        uids = {}
-        for i in range(CLAIMS):
-            body = _claim(i, driver, node)
-            allocation = body.pop("status")
-            del body["metadata"]["uid"]
-            made = objects.create_namespaced_custom_object(
-                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", body)
-            made["status"] = allocation
-            objects.replace_namespaced_custom_object_status(
-                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", f"c{i}", made)
-            uids[f"c{i}"] = made["metadata"]["uid"]
-        log = (root / "plugin.log").open("w")
+        core.create_node({"metadata": {"name": _node()}})
         for sub in ("plugins_registry", "plugins"):  # what a kubelet has made
             (root / "kubelet" / sub).mkdir(parents=True, exist_ok=True)
-        if external:
-            command = external.format(kubeconfig=cp.kubeconfig, root=root, node=node)
-            proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        else:
-            path = state.render(topology, node, root / "node.state")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
-                 "--driver-name", DRIVER, "--kubeconfig", str(cp.kubeconfig),
-                 "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
-                 "--no-slices"],
-                env={**os.environ, **nvml.env(path)}, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        sock = root / "kubelet" / "plugins" / driver / "dra.sock"
-        try:
-            deadline = time.monotonic() + 60
-            while not socket_alive(sock):  # accepting, not merely created
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"the plugin did not start; see {root / 'plugin.log'}:\n"
-                                     + (root / "plugin.log").read_text()[-2000:])
-                time.sleep(0.1)
+        yield cp.kubeconfig, client.CustomObjectsApi(api)
+
+
+def _node() -> str:
+    from fakegpu.topology.load import load_topology
+
+    return load_topology(REPO / "fixtures" / "hgx-h200.yaml").nodes[0].name
+
+
+def create_claims(objects: Any, driver: str, prefix: str = "c") -> dict[str, str]:
+    """CLAIMS claims allocated to ``driver`` on the node, named <prefix><i>: name -> uid."""
+    uids = {}
+    for i in range(CLAIMS):
+        body = _claim(i, driver, _node())
+        body["metadata"]["name"] = f"{prefix}{i}"
+        allocation = body.pop("status")
+        del body["metadata"]["uid"]
+        made = objects.create_namespaced_custom_object(
+            "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", body)
+        made["status"] = allocation
+        objects.replace_namespaced_custom_object_status(
+            "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", f"{prefix}{i}", made)
+        uids[f"{prefix}{i}"] = made["metadata"]["uid"]
+    return uids
+
+
+@contextmanager
+def plugin_process(root: Path, kubeconfig: Path, objects: Any, external: str | None,
+                   driver: str) -> Iterator[Path]:
+    """fakegpu's plugin (or ``external``) as its own process, serving ``driver``: its socket.
+    On the way out: how many claims it wrote status for, and its warnings."""
+    from fakegpu.nvml import env as nvml
+    from fakegpu.nvml import state
+    from fakegpu.topology.load import load_topology
+
+    node = _node()
+    logfile = root / f"plugin-{driver}.log"
+    log = logfile.open("w")
+    if external:
+        command = external.format(kubeconfig=kubeconfig, root=root, node=node)
+        proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    else:
+        topology = load_topology(REPO / "fixtures" / "hgx-h200.yaml")
+        path = state.render(topology, node, root / "node.state")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
+             "--driver-name", DRIVER, "--kubeconfig", str(kubeconfig),
+             "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
+             "--no-slices"],
+            env={**os.environ, **nvml.env(path)}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    sock = root / "kubelet" / "plugins" / driver / "dra.sock"
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_alive(sock):  # accepting, not merely created
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the plugin did not start; see {logfile}:\n"
+                                 + logfile.read_text()[-2000:])
+            time.sleep(0.1)
+        yield sock
+        written = sum(
+            any(d.get("driver") == driver for d in (c.get("status") or {}).get("devices") or [])
+            for c in objects.list_namespaced_custom_object(
+                "resource.k8s.io", "v1", NAMESPACE, "resourceclaims")["items"])
+        print(f"claims with status.devices written by {driver}: {written}/{CLAIMS}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        log.close()
+        noisy = [line for line in logfile.read_text().splitlines()
+                 if "WARN" in line or "ERROR" in line or line.startswith(("W1", "E1"))]
+        print(f"plugin {driver} log: {len(noisy)} warning/error lines"
+              + "".join(f"\n  {line[:160]}" for line in noisy[:5]))
+
+
+@contextmanager
+def with_apiserver(root: Path, external: str | None,
+                   external_driver: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    driver = external_driver if external else DRIVER
+    with control_plane(root) as (kubeconfig, objects):
+        uids = create_claims(objects, driver)
+        with plugin_process(root, kubeconfig, objects, external, driver) as sock:
             yield sock, uids
-            written = sum(
-                any(d.get("driver") == driver for d in (c.get("status") or {}).get("devices") or [])
-                for c in objects.list_namespaced_custom_object(
-                    "resource.k8s.io", "v1", NAMESPACE, "resourceclaims")["items"])
-            print(f"claims with status.devices written by {driver}: {written}/{CLAIMS}")
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(30)
-            log.close()
-            noisy = [line for line in (root / "plugin.log").read_text().splitlines()
-                     if "WARN" in line or "ERROR" in line or line.startswith(("W1", "E1"))]
-            print(f"plugin log: {len(noisy)} warning/error lines"
-                  + "".join(f"\n  {line[:160]}" for line in noisy[:5]))
 
 
 def hold_claims(sock: Path, hold: int) -> None:
@@ -237,14 +277,19 @@ def _control_plane_binaries() -> Any:
                            etcd=found["etcd"] / "etcd")
 
 
-def measure(sock: Path, uids: dict[str, str], rounds: int, report: Callable[[str], None],
-            concurrency: tuple[int, ...] = CONCURRENCY) -> dict[str, Any]:
-    stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{sock}"))
+Pair = tuple[float, float]  # (prepare, unprepare) seconds
 
-    def one(i: int, rounds: int) -> list[tuple[float, float]]:
-        claim = dra_v1_pb2.Claim(namespace=NAMESPACE, name=f"c{i}", uid=uids[f"c{i}"])
-        pairs = []
-        for _ in range(rounds):
+
+def pairs(sock: Path, uids: dict[str, str], workers: int, repeat: int) -> list[Pair]:
+    """``workers`` clients at once, each preparing and unpreparing its own claim (the i-th of
+    ``uids``) ``repeat`` times over one channel: every (prepare, unprepare) duration."""
+    stub = dra_v1_pb2_grpc.DRAPluginStub(grpc.insecure_channel(f"unix://{sock}"))
+    names = list(uids)
+
+    def one(i: int) -> list[Pair]:
+        claim = dra_v1_pb2.Claim(namespace=NAMESPACE, name=names[i], uid=uids[names[i]])
+        got = []
+        for _ in range(repeat):
             start = time.perf_counter()
             r = stub.NodePrepareResources(
                 dra_v1_pb2.NodePrepareResourcesRequest(claims=[claim]), timeout=120)
@@ -253,28 +298,81 @@ def measure(sock: Path, uids: dict[str, str], rounds: int, report: Callable[[str
             u = stub.NodeUnprepareResources(
                 dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[claim]), timeout=120)
             assert u.claims[claim.uid].error == "", u.claims[claim.uid].error
-            pairs.append((mid - start, time.perf_counter() - mid))
-        return pairs
+            got.append((mid - start, time.perf_counter() - mid))
+        return got
 
-    one(0, 3)  # warm up: connections, caches
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return [p for got in pool.map(one, range(workers)) for p in got]
+
+
+def summarize(measured: list[Pair]) -> dict[str, Any]:
+    """p50 and p99 in ms of prepare, unprepare and the pair, and the sample count."""
+    row: dict[str, Any] = {}
+    for label, values in (("prepare", [p for p, _ in measured]),
+                          ("unprepare", [u for _, u in measured]),
+                          ("both", [p + u for p, u in measured])):
+        cuts = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
+        row[label] = {"p50": statistics.median(values) * 1e3, "p99": cuts[98] * 1e3}
+    return {**row, "samples": len(measured)}
+
+
+def repeats(rounds: int, workers: int) -> int:
+    return max(rounds, -(-MIN_SAMPLES // workers))  # enough samples for a p99 at n=1 too
+
+
+HEADER = (f"{'concurrent':>10} {'prepare p50':>12} {'p99':>8} {'unprepare p50':>14} {'p99':>8} "
+          f"{'both p50':>9} {'p99':>8} {'samples':>8}   (ms)")
+
+
+def row_line(n: int, row: dict[str, Any]) -> str:
+    return (f"{n:>10} {row['prepare']['p50']:>12.1f} {row['prepare']['p99']:>8.1f} "
+            f"{row['unprepare']['p50']:>14.1f} {row['unprepare']['p99']:>8.1f} "
+            f"{row['both']['p50']:>9.1f} {row['both']['p99']:>8.1f} {row['samples']:>8}")
+
+
+def measure(sock: Path, uids: dict[str, str], rounds: int, report: Callable[[str], None],
+            concurrency: tuple[int, ...] = CONCURRENCY) -> dict[str, Any]:
+    pairs(sock, uids, 1, 3)  # warm up: connections, caches
     results: dict[str, Any] = {}
-    report(f"{'concurrent':>10} {'prepare p50':>12} {'p99':>8} {'unprepare p50':>14} {'p99':>8} "
-           f"{'both p50':>9} {'p99':>8} {'samples':>8}   (ms)")
+    report(HEADER)
     for n in concurrency:
-        repeat = max(rounds, -(-MIN_SAMPLES // n))  # enough samples for a p99 at n=1 too
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            pairs = [p for got in pool.map(one, range(n), [repeat] * n) for p in got]
-        row = {}
-        for label, values in (("prepare", [p for p, _ in pairs]),
-                              ("unprepare", [u for _, u in pairs]),
-                              ("both", [p + u for p, u in pairs])):
-            cuts = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
-            row[label] = {"p50": statistics.median(values) * 1e3, "p99": cuts[98] * 1e3}
-        results[str(n)] = {**row, "samples": len(pairs)}
-        report(f"{n:>10} {row['prepare']['p50']:>12.1f} {row['prepare']['p99']:>8.1f} "
-               f"{row['unprepare']['p50']:>14.1f} {row['unprepare']['p99']:>8.1f} "
-               f"{row['both']['p50']:>9.1f} {row['both']['p99']:>8.1f} {len(pairs):>8}")
+        results[str(n)] = summarize(pairs(sock, uids, n, repeats(rounds, n)))
+        report(row_line(n, results[str(n)]))
     return results
+
+
+def compare(sockets: dict[str, tuple[Path, dict[str, str]]], rounds: int, blocks: int,
+            concurrency: tuple[int, ...], report: Callable[[str], None]) -> dict[str, Any]:
+    """The plugins side by side, interleaved: at each concurrency, ``blocks`` blocks per
+    plugin alternate (A B, then B A, ...), each a share of the samples, so drift in the
+    machine's load falls on both alike. Per plugin and concurrency: the summary over all its
+    blocks."""
+    for sock, uids in sockets.values():
+        pairs(sock, uids, 1, 3)  # warm up
+    names = list(sockets)
+    results: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for n in concurrency:
+        per_block = -(-repeats(rounds, n) // blocks)
+        got: dict[str, list[Pair]] = {name: [] for name in names}
+        for b in range(blocks):
+            for name in names if b % 2 == 0 else names[::-1]:
+                sock, uids = sockets[name]
+                got[name] += pairs(sock, uids, n, per_block)
+        for name in names:
+            results[name][str(n)] = summarize(got[name])
+        report(f"{n} concurrent: " + "; ".join(
+            f"{name} prepare p50 {results[name][str(n)]['prepare']['p50']:.1f} ms "
+            f"p99 {results[name][str(n)]['prepare']['p99']:.1f} ms" for name in names))
+    return results
+
+
+def ratios(results: dict[str, dict[str, Any]], numerator: str, denominator: str
+           ) -> dict[str, dict[str, float]]:
+    """numerator's latency over denominator's per concurrency, for prepare p50 and p99 (below
+    1: numerator is faster)."""
+    return {n: {q: results[numerator][n]["prepare"][q] / results[denominator][n]["prepare"][q]
+                for q in ("p50", "p99")}
+            for n in results[numerator]}
 
 
 def main() -> None:
@@ -291,13 +389,24 @@ def main() -> None:
     parser.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)),
                         metavar="N,N", help="concurrent claims to measure "
                                             "(default: %(default)s, at most 100)")
+    parser.add_argument("--compare", action="store_true",
+                        help="fakegpu's plugin and the other one (--external, by default the "
+                             "upstream example driver built by peers.py) side by side under "
+                             "one apiserver and client, interleaved")
+    parser.add_argument("--blocks", type=int, default=4,
+                        help="with --compare: alternating blocks per plugin and concurrency")
+    parser.add_argument("--example-git", type=Path, default=EXAMPLE_DRIVER_GIT,
+                        metavar="GIT_DIR", help="with --compare: the example driver's source")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     concurrency = tuple(int(n) for n in args.concurrency.split(","))
     if not all(1 <= n <= CLAIMS for n in concurrency):
         parser.error(f"--concurrency: each between 1 and {CLAIMS}")
-    if args.external and not args.apiserver:
+    if args.external and not (args.apiserver or args.compare):
         parser.error("--external needs --apiserver (the other plugin reads its claims there)")
+    if args.compare:
+        run_compare(args, concurrency)
+        return
     root = Path(tempfile.mkdtemp(prefix="fgb-", dir="/tmp"))
     try:
         setup = (with_apiserver(root, args.external, args.external_driver) if args.apiserver
@@ -315,6 +424,59 @@ def main() -> None:
                                             indent=1))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def run_compare(args: argparse.Namespace, concurrency: tuple[int, ...]) -> None:
+    external, peer_name, source = args.external, "external", args.external
+    if external is None:
+        peer = example_driver(args.example_git)
+        if peer.path is None:
+            print(f"the example driver was not built: {peer.reason}; nothing compared")
+            _write(args.json, {"benchmark": "plugin_prepare_compare", "machine": machine(),
+                               "peer": {"name": "dra-example-driver", "built": False,
+                                        "reason": peer.reason}})
+            return
+        external = EXAMPLE_COMMAND.replace("{binary}", shlex.quote(str(peer.path)))
+        peer_name, source = "dra-example-driver", peer.source
+    root = Path(tempfile.mkdtemp(prefix="fgb-", dir="/tmp"))
+    load_before = load_average()
+    started = time.time()
+    try:
+        with control_plane(root) as (kubeconfig, objects):
+            ours = create_claims(objects, DRIVER, "f")
+            theirs = create_claims(objects, args.external_driver, "e")
+            with plugin_process(root, kubeconfig, objects, None, DRIVER) as fg_sock, \
+                    plugin_process(root, kubeconfig, objects, external,
+                                   args.external_driver) as peer_sock:
+                print(f"fakegpu vs {peer_name} ({source}); one apiserver, one client; "
+                      f"rounds {args.rounds}, {args.blocks} blocks each", flush=True)
+                results = compare({"fakegpu": (fg_sock, ours), peer_name: (peer_sock, theirs)},
+                                  args.rounds, args.blocks, concurrency,
+                                  lambda line: print(line, flush=True))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(HEADER)
+    for name, rows in results.items():
+        print(name)
+        for n, row in rows.items():
+            print(row_line(int(n), row))
+    over = ratios(results, "fakegpu", peer_name)
+    for n, r in over.items():
+        print(f"fakegpu / {peer_name} at {n}: prepare p50 {r['p50']:.2f}, p99 {r['p99']:.2f}")
+    _write(args.json, {"benchmark": "plugin_prepare_compare", "machine": machine(),
+                       "started": started, "wall_s": round(time.time() - started, 1),
+                       "load_average": {"before": load_before, "after": load_average()},
+                       "peer": {"name": peer_name, "built": True, "source": source,
+                                "command": external},
+                       "rounds": args.rounds, "blocks": args.blocks, "results": results,
+                       "fakegpu_over_peer": over})
+
+
+def _write(path: Path | None, data: dict[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"written {path}")
 
 
 if __name__ == "__main__":
