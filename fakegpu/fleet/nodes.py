@@ -1,0 +1,115 @@
+"""The Node objects of a fleet's simulated nodes, and their scripted failure.
+
+A simulated node is an ordinary Node object that no kubelet owns: KWOK manages it (the
+annotation below selects it), keeps it Ready through its Lease and marks pods bound to it
+Running. Stopping one takes it from KWOK and says NotReady at once, as a node whose kubelet
+died ends up saying; starting it hands it back and KWOK makes it Ready again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from kubernetes import client
+
+from fakegpu.kube import api as kubeapi
+from fakegpu.topology.model import Node
+
+# KWOK's conventions (its documentation's): the annotation KWOK is told to manage, and the
+# taint that keeps workloads not meant for simulated nodes off them.
+MANAGED_ANNOTATION = "kwok.x-k8s.io/node"
+MANAGED_VALUE = "fake"
+STOPPED_VALUE = "stopped"  # anything but MANAGED_VALUE: KWOK lets go of the node
+TAINT_KEY = "kwok.x-k8s.io/node"
+# fakegpu's own: selectors tell simulated nodes from real ones by it.
+SIMULATED_LABEL = "fakegpu.dev/simulated"
+SYSTEM_LABEL = "fakegpu.dev/system"
+STOPPED_LABEL = "fakegpu.dev/stopped"  # set while stopped: the fleet publisher withdraws slices
+KWOK_SELECTOR = f"{MANAGED_ANNOTATION}={MANAGED_VALUE}"
+# What a simulated node offers besides its GPUs: enough for any test pod, like a big host.
+CAPACITY = {"cpu": "128", "memory": "2Ti", "pods": "256", "ephemeral-storage": "10Ti"}
+
+
+def _label_value(text: str) -> str:
+    """A label value: alphanumerics, '-', '_', '.', at most 63, alphanumeric at both ends."""
+    out = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63]
+    return out.strip("-_.")
+
+
+def node_object(node: Node) -> dict[str, Any]:
+    """The Node object of a simulated topology node."""
+    labels = {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        SIMULATED_LABEL: "true",
+    }
+    if node.system:
+        labels[SYSTEM_LABEL] = _label_value(node.system)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "labels": labels,
+                     "annotations": {MANAGED_ANNOTATION: MANAGED_VALUE}},
+        "spec": {"taints": [{"key": TAINT_KEY, "value": MANAGED_VALUE,
+                             "effect": "NoSchedule"}]},
+        "status": {"capacity": dict(CAPACITY), "allocatable": dict(CAPACITY)},
+    }
+
+
+def create(api: client.ApiClient, nodes: Iterable[Node]) -> int:
+    """Create the Node objects that do not exist yet; the count created."""
+    core = client.CoreV1Api(api)
+    have = {n["metadata"]["name"] for n in kubeapi.nodes(api)}
+    made = 0
+    for node in nodes:
+        if node.name in have:
+            continue
+        body = node_object(node)
+        # The client takes plain dicts as well as its models (the shape the apiserver reads).
+        core.create_node(cast(Any, body), _request_timeout=kubeapi.TIMEOUT_S)
+        # The status of a create is ignored: capacity goes in through the status subresource.
+        core.patch_node_status(node.name, {"status": body["status"]},
+                               _request_timeout=kubeapi.TIMEOUT_S)
+        made += 1
+    return made
+
+
+def stop(api: client.ApiClient, name: str) -> None:
+    """Take the node from KWOK and mark it NotReady (its Lease then runs out too)."""
+    core = client.CoreV1Api(api)
+    core.patch_node(name, {"metadata": {"annotations": {MANAGED_ANNOTATION: STOPPED_VALUE},
+                                        "labels": {STOPPED_LABEL: "true"}}},
+                    _request_timeout=kubeapi.TIMEOUT_S)
+    node = kubeapi.get_json(api, f"/api/v1/nodes/{name}")
+    conditions = [c for c in (node.get("status") or {}).get("conditions") or []
+                  if c.get("type") != "Ready"]
+    conditions.append({"type": "Ready", "status": "False", "reason": "NodeStopped",
+                       "message": "fakegpu cluster node stop: the simulated node is down"})
+    core.patch_node_status(name, {"status": {"conditions": conditions}},
+                           _request_timeout=kubeapi.TIMEOUT_S)
+
+
+def start(api: client.ApiClient, name: str) -> None:
+    """Hand the node back to KWOK, which makes it Ready again (its node-ready stage)."""
+    client.CoreV1Api(api).patch_node(
+        name, {"metadata": {"annotations": {MANAGED_ANNOTATION: MANAGED_VALUE},
+                            "labels": {STOPPED_LABEL: None}}},
+        _request_timeout=kubeapi.TIMEOUT_S)
+
+
+def stopped(api: client.ApiClient) -> set[str]:
+    """Names of the simulated nodes ``stop`` took down (a small list, by label)."""
+    listed = kubeapi.get_json(api, f"/api/v1/nodes?labelSelector={STOPPED_LABEL}%3Dtrue")
+    return {str(n["metadata"]["name"]) for n in listed.get("items") or []}
+
+
+def delete(api: client.ApiClient, names: Sequence[str]) -> None:
+    """Delete the Node objects (their slices go with them: the Node owns them)."""
+    core = client.CoreV1Api(api)
+    for name in names:
+        with contextlib.suppress(client.ApiException):
+            core.delete_node(name, _request_timeout=kubeapi.TIMEOUT_S)
