@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="also name the workload image NAME:TAG on every node (repeatable), "
                          "so manifests naming e.g. ubuntu:22.04 run on nodes that cannot "
                          "pull (docs/cluster.md#offline-image-names)")
+    _plugin_options(up)
     name_arg(up)
     up.set_defaults(func=_up)
 
@@ -102,6 +103,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo.set_defaults(func=_demo)
 
 
+def _plugin_options(up: argparse.ArgumentParser) -> None:
+    g = up.add_argument_group(
+        "another vendor's kubelet plugin (embedded provider; docs/nvidia-driver.md)")
+    g.add_argument("--plugin-bin", type=Path, default=None, metavar="PATH",
+                   help="run this kubelet plugin on every node instead of fakegpu's, with the "
+                        "NVIDIA host it expects (driver root, device nodes, MIG capability "
+                        "files) built from the node's fake NVML state")
+    g.add_argument("--plugin-preset", choices=("nvidia", "dra-example"), default=None,
+                   help="the flags that plugin needs here: nvidia (NVIDIA's "
+                        "gpu-kubelet-plugin), dra-example (kubernetes-sigs/dra-example-driver)")
+    g.add_argument("--plugin-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument (repeatable); {node}, {kubeconfig}, {cdi_root}, "
+                        "{driver_root}, {registrar_dir}, {plugins_dir}, {kubelet_root}, "
+                        "{state_dir}, {image}, {namespace} are filled in per node")
+    g.add_argument("--plugin-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for the plugin (repeatable)")
+    g.add_argument("--plugin-driver", default=None, metavar="NAME",
+                   help="the DRA driver name it publishes (default: the preset's, else the "
+                        "cluster's --driver)")
+    g.add_argument("--plugin-beside", action="store_true",
+                   help="run it beside fakegpu's plugin instead of in its place")
+
+
 def _cluster_name(text: str) -> str:
     """argparse type: the one cluster-name rule (a bad name exits 2 with the rule)."""
     from fakegpu.errors import InvalidInput
@@ -131,7 +155,18 @@ def _provider(args: argparse.Namespace, console: Console, *, retain: bool = Fals
 
     return get_provider(getattr(args, "provider", "embedded"), console=console,
                         timeout=float(getattr(args, "timeout", 180.0)), retain=retain,
-                        driver=getattr(args, "driver", "fakegpu"))
+                        driver=getattr(args, "driver", "fakegpu"), plugin=_external(args))
+
+
+def _external(args: argparse.Namespace) -> Any:
+    """``--plugin-bin`` and friends as an ExternalPlugin (None without --plugin-bin)."""
+    if getattr(args, "plugin_bin", None) is None:
+        return None
+    from fakegpu.cluster import external
+
+    return external.parse(args.plugin_bin, args.plugin_arg, preset=args.plugin_preset,
+                          driver=args.plugin_driver, beside=args.plugin_beside,
+                          env=args.plugin_env)
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from fakegpu.errors import InvalidInput
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fakegpu.cluster.external import ExternalPlugin
     from fakegpu.cluster.lifecycle import Lifecycle
 
 PROVIDERS = ("embedded", "kind")
@@ -33,11 +34,12 @@ def driver_name(driver: str) -> str:
 
 def get_provider(name: str = "embedded", *, console: Console | None = None,
                  timeout: float | None = None, retain: bool = False,
-                 driver: str = "fakegpu") -> Lifecycle:
+                 driver: str = "fakegpu", plugin: ExternalPlugin | None = None) -> Lifecycle:
     """The provider called ``name`` under the lifecycle; its module is imported only when
     asked for. ``timeout`` limits each readiness wait (kind waits at least 300 s: its nodes
     pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed;
-    ``driver`` (``DRIVERS``) is who the plugins of a new cluster are."""
+    ``driver`` (``DRIVERS``) is who the plugins of a new cluster are; ``plugin`` another
+    vendor's kubelet plugin to run instead of (or beside) fakegpu's (external.py)."""
     from fakegpu.cluster.lifecycle import Lifecycle
     from fakegpu.cluster.process import WaitPolicy
 
@@ -47,9 +49,12 @@ def get_provider(name: str = "embedded", *, console: Console | None = None,
         from fakegpu.cluster.embedded import EmbeddedProvider
 
         policy = WaitPolicy(timeout=timeout) if timeout is not None else None
-        provider = EmbeddedProvider(console, policy=policy, driver=dra_driver)
+        provider = EmbeddedProvider(console, policy=policy, driver=dra_driver, plugin=plugin)
     elif name == "kind":
         from fakegpu.cluster.kind.provider import KindProvider
+
+        if plugin is not None:
+            raise InvalidInput("--plugin-bin runs a host binary: embedded provider only")
 
         policy = WaitPolicy(timeout=max(timeout, 300.0)) if timeout is not None else None
         provider = KindProvider(console, policy=policy, driver=dra_driver)

@@ -31,6 +31,7 @@ from fakegpu import fsutil
 from fakegpu.cluster import cleanup, images, install
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
+from fakegpu.cluster.external import ExternalPlugin
 from fakegpu.cluster.kubeconfig import write_kubeconfig
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.node import NodeBinaries, NodeLayout
@@ -127,6 +128,7 @@ class ClusterState:
     interfaces: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     firewall: list[list[str]] = field(default_factory=list)  # iptables FORWARD rule specs
+    plugin: dict[str, Any] | None = None  # another vendor's plugin (ExternalPlugin.to_json)
 
     @property
     def path(self) -> Path:
@@ -159,6 +161,7 @@ class ClusterState:
             "nodes": [n.__dict__ for n in self.nodes],
             "processes": {k: v.to_json() for k, v in self.processes.items()},
             "interfaces": self.interfaces, "cgroups": self.cgroups, "firewall": self.firewall,
+            "plugin": self.plugin,
         }
         # Atomic: `down` or `status` of another process may read it at any moment.
         fsutil.atomic_write(self.path, json.dumps(doc, indent=2))
@@ -183,6 +186,7 @@ class ClusterState:
                 processes={k: ProcessRecord.from_json(v) for k, v in doc["processes"].items()},
                 interfaces=list(doc["interfaces"]), cgroups=list(doc["cgroups"]),
                 firewall=[list(r) for r in doc.get("firewall", [])],
+                plugin=doc.get("plugin"),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise StateError(path, err) from err
@@ -206,9 +210,20 @@ def node_ready(st: ClusterState, name: str) -> bool:
         return kubeapi.node_ready(api, name)
 
 
-def node_slices(st: ClusterState, name: str) -> list[dict[str, Any]]:
+def node_slices(st: ClusterState, name: str, driver: str | None = None
+                ) -> list[dict[str, Any]]:
     with kubeapi.session(st.kubeconfig) as api:
-        return kubeapi.resource_slices(api, driver=st.driver, node=name)
+        return kubeapi.resource_slices(api, driver=driver or st.driver, node=name)
+
+
+def external_plugin(st: ClusterState) -> ExternalPlugin | None:
+    """The other vendor's plugin this cluster runs, if any."""
+    return ExternalPlugin.from_json(st.plugin) if st.plugin else None
+
+
+def runs_own_plugin(st: ClusterState) -> bool:
+    ext = external_plugin(st)
+    return ext is None or ext.beside
 
 
 # --- other concerns, loaded when used ------------------------------------------------------------
@@ -239,10 +254,12 @@ class EmbeddedProvider:
         *,
         policy: WaitPolicy | None = None,
         driver: str = DEFAULT_DRIVER,
+        plugin: ExternalPlugin | None = None,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.policy = policy or WaitPolicy(timeout=180.0, interval=0.5)
         self.driver = driver
+        self.plugin = plugin  # runs instead of (or beside) fakegpu's plugin
 
     # --- protocol: exists / check_host / provision ----------------------------------------------
 
@@ -421,11 +438,44 @@ class EmbeddedProvider:
         st.processes[rec.name] = rec
         st.save()
 
+    def _start_external(self, st: ClusterState, lay: NodeLayout, env: dict[str, str]) -> None:
+        """Another vendor's plugin (``--plugin-bin``) on this node, on the NVIDIA host built
+        from the node's NVML state (external.py, pluginhost.py)."""
+        ext = external_plugin(st)
+        assert ext is not None
+        (lay.root / "plugin.env").write_text(json.dumps(env))  # start_node needs it again
+        self._plugin_credentials(st, lay)
+        rec = nodemod.start_external_plugin(lay, ext, env, image=st.workload_image,
+                                            namespace=_install(st).namespace)
+        st.processes[rec.name] = rec
+        st.save()
+
+    def _plugin_credentials(self, st: ClusterState, lay: NodeLayout) -> None:
+        if lay.plugin_kubeconfig.is_file():
+            return
+        values = _install(st)
+        with kubeapi.session(st.kubeconfig) as api:
+            token = kubeapi.service_account_token(
+                api, values.namespace, values.service_account, node=lay.name,
+                seconds=install.TOKEN_SECONDS)
+        install.write_plugin_credentials(
+            token, values, kubeconfig=lay.plugin_kubeconfig, token_file=lay.plugin_token,
+            server=st.server, ca=st.cp_dir / "pki" / "ca.crt", cluster=st.name)
+
     def _wait_slices(self, st: ClusterState, lay: NodeLayout) -> None:
-        rec = st.processes[f"plugin/{lay.name}"]
-        wait_until(f"a whole ResourceSlice pool of node {lay.name} (fakegpu plugin)",
-                   lambda: lay.name in kubeapi.complete_pools(node_slices(st, lay.name)),
-                   self.policy, watch=[rec])
+        ext = external_plugin(st)
+        waits = [] if ext is not None and not ext.beside else [("plugin", st.driver)]
+        if ext is not None:
+            waits.append(("extplugin", ext.driver_name(st.driver)))
+        for key, driver in waits:
+            rec = st.processes[f"{key}/{lay.name}"]
+            who = "fakegpu plugin" if key == "plugin" else f"plugin {ext and ext.binary.name}"
+
+            def complete(driver: str = driver) -> bool:
+                return lay.name in kubeapi.complete_pools(node_slices(st, lay.name, driver))
+
+            wait_until(f"a whole ResourceSlice pool of node {lay.name} ({who}, {driver})",
+                       complete, self.policy, watch=[rec])
 
     # --- protocol: delete ---------------------------------------------------------------------
 
@@ -470,6 +520,8 @@ class EmbeddedProvider:
         bins = cached_binaries(st.k8s_version)
         for n in st.nodes:
             lay = st.layout(n)
+            if ext := st.processes.get(f"extplugin/{n.name}"):
+                terminate(ext)
             for comp in ("plugin", "kubelet"):
                 rec = st.processes.get(f"{comp}/{n.name}")
                 if rec:
@@ -497,7 +549,7 @@ class EmbeddedProvider:
         nodes = []
         for n in st.nodes:
             lay = st.layout(n)
-            alive = all(is_alive(r) for c in ("containerd", "kubelet", "plugin")
+            alive = all(is_alive(r) for c in ("containerd", "kubelet", "plugin", "extplugin")
                         if (r := st.processes.get(f"{c}/{n.name}")) is not None)
             nodes.append(NodeInfo(
                 name=n.name, role="worker", nvml_state=lay.nvml_state, cdi_dir=lay.cdi_dir,
@@ -573,6 +625,8 @@ class EmbeddedProvider:
     def stop_node(self, name: str, node: str) -> None:
         st = self._load_ready(name)
         n = st.node(node)
+        if ext := st.processes.get(f"extplugin/{node}"):
+            terminate(ext)
         for comp in ("plugin", "kubelet", "containerd"):
             rec = st.processes.get(f"{comp}/{node}")
             if rec:
@@ -595,8 +649,11 @@ class EmbeddedProvider:
         if not is_alive(st.processes.get(f"kubelet/{node}", _DEAD)):
             self._start_kubelet(st, lay, bins)
         self._wait_ready(st, lay)
-        if not is_alive(st.processes.get(f"plugin/{node}", _DEAD)):
-            env = json.loads((lay.root / "plugin.env").read_text())
+        env = json.loads((lay.root / "plugin.env").read_text())
+        if external_plugin(st) is not None and not is_alive(
+                st.processes.get(f"extplugin/{node}", _DEAD)):
+            self._start_external(st, lay, env)
+        if runs_own_plugin(st) and not is_alive(st.processes.get(f"plugin/{node}", _DEAD)):
             self._start_plugin(st, lay, env)
         if n.has_gpus:
             self._wait_slices(st, lay)
@@ -634,6 +691,7 @@ class _Bringup:
         self.state = ClusterState(
             name=spec.name, root=clusters_dir() / spec.name, k8s_version=spec.k8s_version,
             topology=str(spec.topology_file), driver=provider.driver,
+            plugin=provider.plugin.to_json() if provider.plugin else None,
             nodes=[NodeState(n.name, i, bool(n.gpus)) for i, n in enumerate(spec.topology.nodes)])
         self.bins: NodeBinaries | None = None
         self.imgs: images.Images | None = None
@@ -703,7 +761,10 @@ class _Bringup:
         envs = {lay.name: _render_nvml(self.topology, lay.name, lay.nvml_state)
                 for lay in layouts}
         for lay in layouts:
-            self.p._start_plugin(self.state, lay, envs[lay.name])
+            if runs_own_plugin(self.state):
+                self.p._start_plugin(self.state, lay, envs[lay.name])
+            if external_plugin(self.state) is not None:
+                self.p._start_external(self.state, lay, envs[lay.name])
         for n, lay in zip(self.state.nodes, layouts, strict=True):
             if n.has_gpus:
                 self.p._wait_slices(self.state, lay)

@@ -31,6 +31,7 @@ import yaml
 
 from fakegpu.cluster import nodeconfig
 from fakegpu.cluster.controlplane import BinaryPaths
+from fakegpu.cluster.external import ExternalPlugin
 from fakegpu.cluster.process import (
     ProcessRecord,
     WaitPolicy,
@@ -532,3 +533,35 @@ def stop_pods(layout: NodeLayout, bins: NodeBinaries) -> None:
     for pod in res.stdout.split():
         run([str(bins.crictl), *ep, "stopp", pod], timeout=40, check=False)
         run([str(bins.crictl), *ep, "rmp", "-f", pod], timeout=40, check=False)
+
+
+def start_external_plugin(
+    layout: NodeLayout,
+    plugin: ExternalPlugin,
+    nvml_env: Mapping[str, str],
+    *,
+    image: str,
+    namespace: str,
+) -> ProcessRecord:
+    """Another vendor's kubelet plugin on this node, under ``pluginhost`` (its NVIDIA host from
+    the node's NVML state, in a mount namespace of its own). Recorded as ``extplugin/<node>``."""
+    from fakegpu.cluster.nvidiahost import HostDir
+    from fakegpu.cluster.pluginhost import wrapper_argv
+
+    host = HostDir(layout.root / "nvhost")
+    state_dir = layout.root / "extplugin"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    values = {
+        "node": layout.name, "kubeconfig": str(layout.plugin_kubeconfig),
+        "kubelet_root": str(layout.kubelet_root),
+        "registrar_dir": str(layout.kubelet_root / "plugins_registry"),
+        "plugins_dir": str(layout.kubelet_root / "plugins"),
+        "cdi_root": str(layout.cdi_dir), "driver_root": str(host.driver_root),
+        "state_dir": str(state_dir), "image": image, "namespace": namespace,
+    }
+    env = dict(os.environ)
+    env.update(nvml_env)  # the fake library in the driver root reads the node's state file
+    env.update(plugin.env)
+    state = layout.nvml_state if layout.nvml_state.is_file() else None
+    argv = wrapper_argv(host.root, state, plugin.argv(values))
+    return spawn(f"extplugin/{layout.name}", argv, layout.log_dir / "extplugin.log", env=env)

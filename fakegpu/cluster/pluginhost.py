@@ -1,0 +1,102 @@
+"""Run another vendor's kubelet plugin on an embedded node, on the host it expects.
+
+``fakegpu cluster up --plugin-bin PATH`` starts, per node::
+
+    unshare --mount -- python -m fakegpu.cluster.pluginhost --host-dir D --state S -- PATH ARGS
+
+In that mount namespace of its own (private propagation: nothing leaks to the host or the
+other nodes) this builds the node's NVIDIA host directory from the NVML state
+(``nvidiahost``), binds its ``proc/driver`` over ``/proc/driver`` and its ``proc/devices`` over
+``/proc/devices``, starts the plugin as a child and, while it runs, keeps the MIG capability
+files current: it polls the state file's generation (a seqlock bumped by every write) and
+re-syncs when it moved. A signal to the process group (``process.terminate``) reaches the plugin
+too; this exits with the plugin's status.
+
+Nodes without GPUs (no state file) get no host directory: the plugin runs as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fakegpu.cluster import nvidiahost as nh
+from fakegpu.errors import FakegpuError
+
+POLL_SECONDS = 0.05  # how late a capability file may appear after its MIG instance
+
+
+def wrapper_argv(host_dir: Path, state: Path | None, plugin: Sequence[str]) -> list[str]:
+    """The command line that runs ``plugin`` under this module in a new mount namespace."""
+    own = ["--host-dir", str(host_dir)] + (["--state", str(state)] if state else [])
+    return ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-m",
+            "fakegpu.cluster.pluginhost", *own, "--", *plugin]
+
+
+def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
+    """Build the host directory and bind it over /proc (in the current mount namespace)."""
+    from fakegpu import nvidiasmi
+    from fakegpu.nvml import env as nvml_env
+
+    facts = nh.read_facts(state)
+    real_devices = Path("/proc/devices").read_text()
+    nh.build(host, facts, library=nvml_env.library_path(), nvidia_smi=nvidiasmi.path(),
+             host_proc_devices=real_devices)
+    for source, target in ((host.proc_driver, "/proc/driver"),
+                           (host.proc_devices, "/proc/devices")):
+        subprocess.run(["mount", "--bind", str(source), target], check=True, timeout=30)
+    return facts
+
+
+def keep_current(host: nh.HostDir, state: Path, child: subprocess.Popen[bytes],
+                 seen: tuple[int, int]) -> int:
+    """Re-sync the capability files whenever the state file changes, until ``child`` exits."""
+    while child.poll() is None:
+        time.sleep(POLL_SECONDS)
+        try:
+            now = nh.read_generation(state)
+            if now == seen:
+                continue
+            facts = nh.read_facts(state)
+            if nh.sync_capabilities(host, facts):
+                print(f"fakegpu pluginhost: MIG capability files now "
+                      f"{sorted(nh.capability_files(facts))}", flush=True)
+            seen = (now[0], facts.generation)
+        except (OSError, FakegpuError) as err:
+            # Re-rendered or busy: the next poll reads it again.
+            print(f"fakegpu pluginhost: state not read ({err}); retrying", flush=True)
+    return int(child.returncode)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fakegpu.cluster.pluginhost")
+    parser.add_argument("--host-dir", type=Path, required=True)
+    parser.add_argument("--state", type=Path, default=None)
+    parser.add_argument("plugin", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    plugin = args.plugin[1:] if args.plugin[:1] == ["--"] else args.plugin
+    if not plugin:
+        parser.error("no plugin command after --")
+    host = nh.HostDir(args.host_dir)
+    seen = (0, 0)
+    if args.state is not None and args.state.is_file():
+        facts = prepare(host, args.state)
+        seen = (nh.read_generation(args.state)[0], facts.generation)
+        print(f"fakegpu pluginhost: driver root {host.driver_root} (driver "
+              f"{facts.driver_version}, {len(facts.gpus)} GPUs)", flush=True)
+    child = subprocess.Popen(plugin)
+    # The group gets terminate()'s signals; the plugin handles them, this waits for it.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
+    if args.state is None or not args.state.is_file():
+        return child.wait()
+    return keep_current(host, args.state, child, seen)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

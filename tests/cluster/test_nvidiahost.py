@@ -1,0 +1,215 @@
+"""The NVIDIA host another vendor's plugin gets on a fakegpu node (nvidiahost.py, pluginhost.py),
+built from a rendered topology state into real files; MIG instances made and destroyed through
+the fake NVML (pynvml in a subprocess) add and remove their capability files (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fakegpu.cluster import nvidiahost as nh
+from fakegpu.cluster.pluginhost import wrapper_argv
+from fakegpu.nvml import env as nvml_env
+from fakegpu.nvml import state
+from fakegpu.topology.load import load_topology
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-driver.yaml"
+NODE = "nv-0"
+HOST_DEVICES = """Character devices:
+  1 mem
+  4 tty
+195 nvidia-frontend
+509 nvidia-uvm
+
+Block devices:
+  7 loop
+259 blkext
+"""
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="device nodes (mknod) and mount namespaces need root")
+
+
+@pytest.fixture()
+def node_state(tmp_path: Path) -> Path:
+    return state.render(load_topology(FIXTURE), NODE, tmp_path / f"{NODE}.state")
+
+
+def pynvml(state_path: Path, code: str) -> object:
+    """Run ``code`` with pynvml on the fake library for ``state_path``; its last line's JSON."""
+    environ = {**os.environ, **nvml_env.env(state_path)}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environ,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+LIST_MIG = """
+import json, pynvml as n
+n.nvmlInit()
+out = {"driver": n.nvmlSystemGetDriverVersion(), "gpus": []}
+for i in range(n.nvmlDeviceGetCount()):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    mig = []
+    if n.nvmlDeviceGetMigMode(h)[0]:
+        for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                m = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except n.NVMLError:
+                continue
+            mig.append([n.nvmlDeviceGetGpuInstanceId(m), n.nvmlDeviceGetComputeInstanceId(m)])
+    out["gpus"].append({"minor": n.nvmlDeviceGetMinorNumber(h), "mig": sorted(mig)})
+print(json.dumps(out))
+"""
+
+CREATE_1G = """
+import json, pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+profile = n.nvmlDeviceGetGpuInstanceProfileInfo(h, n.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+gi = n.nvmlDeviceCreateGpuInstance(h, profile.id)
+info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+ci = n.nvmlGpuInstanceCreateComputeInstance(gi, info.id)
+print(json.dumps([n.nvmlGpuInstanceGetInfo(gi).id, n.nvmlComputeInstanceGetInfo(ci).id]))
+"""
+
+DESTROY = """
+import json, pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+gi = n.nvmlDeviceGetGpuInstanceById(h, {gi})
+n.nvmlComputeInstanceDestroy(n.nvmlGpuInstanceGetComputeInstanceById(gi, {ci}))
+n.nvmlGpuInstanceDestroy(gi)
+print(json.dumps("ok"))
+"""
+
+
+def facts_as_nvml_sees(facts: nh.HostFacts) -> dict[str, object]:
+    return {"driver": facts.driver_version,
+            "gpus": [{"minor": g.minor, "mig": sorted([i.gi, c] for i in g.instances
+                                                      for c in i.cis)} for g in facts.gpus]}
+
+
+def test_the_facts_are_what_nvml_reports(node_state: Path) -> None:
+    facts = nh.read_facts(node_state)
+    assert facts_as_nvml_sees(facts) == pynvml(node_state, LIST_MIG)
+    assert facts.driver_version == "580.95.05"
+    assert [g.mig_enabled for g in facts.gpus] == [True, False, False]
+    assert len(facts.gpus[0].instances) == 2
+
+
+def test_caps_minors_follow_the_drivers_numbering() -> None:
+    # /proc/driver/nvidia-caps/mig-minors of the real driver: gpu0/gi0/access 3,
+    # gpu0/gi0/ci0/access 4, gpu0/gi1/access 12, gpu1/gi0/access 138.
+    assert nh.gi_minor(0, 0) == 3
+    assert nh.ci_minor(0, 0, 0) == 4
+    assert nh.ci_minor(0, 0, 7) == 11
+    assert nh.gi_minor(0, 1) == 12
+    assert nh.gi_minor(1, 0) == 138
+    assert nh.access_text(12).splitlines() == [
+        "DeviceFileMinor: 12", "DeviceFileMode: 292", "DeviceFileModify: 1"]
+
+
+def test_proc_devices_gains_the_missing_nvidia_majors_only() -> None:
+    majors = nh.choose_majors(HOST_DEVICES)
+    assert majors.uvm == 509  # the host's own
+    assert majors.caps == 511  # the highest free dynamic major
+    text = nh.render_proc_devices(HOST_DEVICES, majors)
+    chars = nh.used_char_majors(text)
+    assert chars == {"mem": 1, "tty": 4, "nvidia-frontend": 195, "nvidia-uvm": 509,
+                     "nvidia-caps": 511}
+    assert text.count("nvidia-frontend") == 1
+    # The block section is kept, after the blank line that ends the character one.
+    assert text.endswith("511 nvidia-caps\n\nBlock devices:\n  7 loop\n259 blkext\n")
+
+
+@needs_root
+def test_build_writes_the_driver_root_and_proc_files(node_state: Path, tmp_path: Path) -> None:
+    host = nh.HostDir(tmp_path / "nvhost")
+    facts = nh.read_facts(node_state)
+    library = nvml_env.library_path()
+    from fakegpu import nvidiasmi
+
+    majors = nh.build(host, facts, library=library, nvidia_smi=nvidiasmi.path(),
+                      host_proc_devices=HOST_DEVICES)
+    versioned = host.lib_dir / "libnvidia-ml.so.580.95.05"
+    assert versioned.read_bytes() == library.read_bytes()
+    # The plugin resolves libnvidia-ml.so.1 and takes the directory as the driver's: it
+    # must stay inside the root.
+    assert (host.lib_dir / "libnvidia-ml.so.1").resolve() == versioned.resolve()
+    smi = host.bin_dir / "nvidia-smi"
+    assert os.access(smi, os.X_OK)
+    listing = subprocess.run([str(smi), "-L"], env={**os.environ, **nvml_env.env(node_state)},
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    assert listing.count("GPU ") == 3
+    assert subprocess.run([str(host.cdi_hook), "update-ldcache"], check=False,
+                          timeout=30).returncode == 0
+    nodes = {p.name: (os.major(p.lstat().st_rdev), os.minor(p.lstat().st_rdev))
+             for p in host.dev_dir.iterdir() if stat.S_ISCHR(p.lstat().st_mode)}
+    assert nodes == {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidia2": (195, 2),
+                     "nvidiactl": (195, 255), "nvidia-uvm": (majors.uvm, 0),
+                     "nvidia-uvm-tools": (majors.uvm, 1)}
+    assert nh.used_char_majors(host.proc_devices.read_text())["nvidia-caps"] == majors.caps
+    caps = sorted(p.relative_to(host.capabilities).as_posix()
+                  for p in host.capabilities.rglob("access"))
+    gis = [i.gi for i in facts.gpus[0].instances]
+    assert caps == sorted([f"gpu0/mig/gi{g}/access" for g in gis]
+                          + [f"gpu0/mig/gi{g}/ci0/access" for g in gis])
+    first = host.capabilities / f"gpu0/mig/gi{gis[0]}/access"
+    assert f"DeviceFileMinor: {nh.gi_minor(0, gis[0])}\n" in first.read_text()
+    # Idempotent: a second build changes nothing and fails on nothing.
+    before = {p: p.lstat().st_mtime_ns for p in host.root.rglob("*")}
+    nh.build(host, facts, library=library, nvidia_smi=nvidiasmi.path(),
+             host_proc_devices=HOST_DEVICES)
+    assert {p for p in before if p.is_file() and not p.is_symlink()
+            and p.lstat().st_mtime_ns != before[p] and p.name != "devices"
+            and p != host.cdi_hook} == set()
+
+
+def test_capability_files_come_and_go_with_mig_instances(node_state: Path,
+                                                        tmp_path: Path) -> None:
+    host = nh.HostDir(tmp_path / "nvhost")
+    nh.sync_capabilities(host, nh.read_facts(node_state))
+    before = nh.read_generation(node_state)
+    made_ids = pynvml(node_state, CREATE_1G)
+    assert isinstance(made_ids, list)
+    gi, ci = int(made_ids[0]), int(made_ids[1])
+    assert nh.read_generation(node_state) != before  # what pluginhost polls
+    assert nh.sync_capabilities(host, nh.read_facts(node_state))
+    made = host.capabilities / f"gpu0/mig/gi{gi}/ci{ci}/access"
+    assert made.read_text() == nh.access_text(nh.ci_minor(0, gi, ci))
+    assert (host.capabilities / f"gpu0/mig/gi{gi}/access").is_file()
+    assert not nh.sync_capabilities(host, nh.read_facts(node_state))  # nothing new
+    pynvml(node_state, DESTROY.format(gi=gi, ci=ci))
+    assert nh.sync_capabilities(host, nh.read_facts(node_state))
+    assert not (host.capabilities / f"gpu0/mig/gi{gi}").exists()
+    # The topology's own instances stay.
+    assert len(list(host.capabilities.rglob("access"))) == 4
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_the_plugin_sees_the_files_in_its_namespace_and_the_host_does_not(
+        node_state: Path, tmp_path: Path) -> None:
+    host_devices = Path("/proc/devices").read_text()
+    gis = [i.gi for i in nh.read_facts(node_state).gpus[0].instances]
+    probe = (f"cat /proc/driver/nvidia/capabilities/gpu0/mig/gi{gis[0]}/access; "
+             "grep -c nvidia-caps /proc/devices")
+    argv = wrapper_argv(tmp_path / "nvhost", node_state, ["sh", "-c", probe])
+    proc = subprocess.run(argv, env={**os.environ, **nvml_env.env(node_state)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"DeviceFileMinor: {nh.gi_minor(0, gis[0])}" in proc.stdout
+    assert proc.stdout.strip().endswith("1")
+    # Private to the plugin's namespace: the host's /proc is as it was.
+    assert Path("/proc/devices").read_text() == host_devices
+    assert not Path("/proc/driver/nvidia/capabilities").exists() or "nvidia-caps" in host_devices
