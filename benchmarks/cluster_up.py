@@ -24,14 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from benchlib import load_average, machine
 
 REPO = Path(__file__).resolve().parent.parent
 CASES: dict[str, Path] = {
@@ -39,7 +40,7 @@ CASES: dict[str, Path] = {
     "4": REPO / "fixtures" / "gb200-mini.yaml",  # 4 nodes x 4 GB200
     "18": REPO / "fixtures" / "gb200-nvl72.yaml",  # 18 nodes x 4 GB200
 }
-CLUSTER = "bench"
+CLUSTER = "fg-bench"  # its own name: never a cluster someone else is using
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Run:
     rss_mib: float
     pss_mib: float
     k8s_version: str
+    load_before: list[float] = field(default_factory=list)  # 1/5/15 min, before `up`
+    load_after: list[float] = field(default_factory=list)  # after `down`
     error: str = ""  # why `up` failed (the run's other numbers are then meaningless)
 
 
@@ -132,6 +135,7 @@ def memory(pids: Iterable[int]) -> tuple[float, float]:
 
 
 def one_run(nodes: int, topology: Path, mode: str, env: dict[str, str], timeout: float) -> Run:
+    load_before = load_average()
     if fakegpu(["cluster", "status", "--name", CLUSTER], env).returncode == 0:
         raise SystemExit(f"a cluster named {CLUSTER!r} exists: `fakegpu cluster down --name "
                          f"{CLUSTER}` first")
@@ -160,7 +164,8 @@ def one_run(nodes: int, topology: Path, mode: str, env: dict[str, str], timeout:
         checked(down, "cluster down")
     return Run(nodes=nodes, topology=topology.name, mode=mode, up_s=round(up_s, 1),
                down_s=round(down_s, 1), processes=len(pids), rss_mib=round(rss),
-               pss_mib=round(pss), k8s_version=version, error=error)
+               pss_mib=round(pss), k8s_version=version, load_before=load_before,
+               load_after=load_average(), error=error)
 
 
 def cold_env(root: Path) -> dict[str, str]:
@@ -168,18 +173,14 @@ def cold_env(root: Path) -> dict[str, str]:
             "GOCACHE": str(root / "go-build"), "GOMODCACHE": str(root / "go-mod")}
 
 
-def machine() -> dict[str, object]:
-    mem_kib = _kib(Path("/proc/meminfo"), "MemTotal")
-    return {"cpus": os.cpu_count(), "memory_gib": round(mem_kib / 1024 / 1024, 1),
-            "kernel": platform.release(), "python": platform.python_version()}
-
-
 def table(runs: list[Run]) -> str:
     head = (f"{'nodes':>5} {'topology':<18} {'mode':<5} {'up s':>7} {'down s':>7} "
-            f"{'procs':>6} {'RSS MiB':>8} {'PSS MiB':>8}")
+            f"{'procs':>6} {'RSS MiB':>8} {'PSS MiB':>8}  load before/after")
     rows = [f"{r.nodes:>5} {r.topology:<18} {r.mode:<5} {r.up_s:>7.1f} {r.down_s:>7.1f} "
             + (f"FAILED: {r.error}" if r.error else
-               f"{r.processes:>6} {r.rss_mib:>8.0f} {r.pss_mib:>8.0f}") for r in runs]
+               f"{r.processes:>6} {r.rss_mib:>8.0f} {r.pss_mib:>8.0f}  "
+               f"{r.load_before[0] if r.load_before else 0:.1f}/"
+               f"{r.load_after[0] if r.load_after else 0:.1f}") for r in runs]
     return "\n".join([head, *rows])
 
 
