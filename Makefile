@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
 
-.PHONY: demo test test-nvidia test-kind lint fuzz clean
+.PHONY: demo test test-nvidia test-kind lint fuzz bench clean
 
 demo: $(STAMP)
 	$(VENV)/bin/fakegpu demo
@@ -38,6 +38,11 @@ test-kind: $(STAMP)
 FUZZ_SECONDS ?= 60
 fuzz: $(STAMP)
 	tools/fuzz.sh $(FUZZ_SECONDS)
+
+# The benchmarks that need no cluster (docs/benchmarks.md); JSON in reports/benchmarks/.
+# BENCH_ARGS=--cluster adds those that bring clusters up; --only NAME,NAME picks (--list).
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks
