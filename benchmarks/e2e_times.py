@@ -9,7 +9,7 @@ suites on the session cluster (e2e.*, fakegpu.conformance.*; in the kind report,
 -m e2e, every case) and the rest (unit and integration tests, tests/cluster's own
 bring-ups).
 
-Usage: .venv/bin/python benchmarks/e2e_times.py [REPORT.xml ...] [--json FILE]
+Usage: .venv/bin/python benchmarks/e2e_times.py [REPORT.xml ... | --dir DIR] [--json FILE]
        (default: reports/junit*.xml)
 """
 
@@ -117,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("reports", nargs="*", type=Path,
                         help="JUnit files (default: reports/junit*.xml)")
+    parser.add_argument("--dir", type=Path, default=REPO / "reports",
+                        help="without REPORTs: the junit*.xml of this directory "
+                             "(default %(default)s)")
     parser.add_argument("--json", type=Path,
                         default=REPO / "reports" / "benchmarks" / "e2e_times.json")
     args = parser.parse_args(argv)
-    files = args.reports or sorted((REPO / "reports").glob("junit*.xml"))
+    files = args.reports or sorted(args.dir.glob("junit*.xml"))
     if not files:
         print("no JUnit reports: run `make test` first (or name the files)")
         return 0

@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", metavar="NAME,NAME",
                         help="just these (see --list)")
     parser.add_argument("--list", action="store_true", help="the benchmarks, and exit")
+    parser.add_argument("--junit-dir", type=Path, default=REPO / "reports",
+                        help="e2e_times reads the junit*.xml here (default %(default)s)")
     args = parser.parse_args(argv)
     only = [n for n in args.only.split(",") if n]
     unknown = sorted(set(only) - {b.name for b in BENCHES})
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         out = OUT / f"{b.name}.json"
         cmd = [sys.executable, str(REPO / "benchmarks" / b.args[0]),
                *(a.replace("{out}", str(out)) for a in b.args[1:])]
+        if b.name == "e2e_times":
+            cmd += ["--dir", str(args.junit_dir)]
         print(f"\n>>> {b.name}: {' '.join(cmd[1:])}", flush=True)
         start = time.monotonic()
         if b.stdout_json:
