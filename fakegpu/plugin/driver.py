@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -64,6 +65,7 @@ class DriverConfig:
     write_status: bool = False
     dynamic_mig: bool = False  # partitions are created at prepare (dynmig.py)
     version: str = ""  # the plugin's version stamp (version.py), shown in claim status
+    prepare_delay_s: float = 0.0  # test hook (version.PREPARE_DELAY_ENV): upgrade tests only
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,11 @@ class Driver:
         results: dict[str, PrepareResult] = {}
         plans: dict[str, ClaimPlan] = {}
         fetched: dict[str, dict[str, Any]] = {}
+        if self.cfg.prepare_delay_s:
+            # Before anything is read or written: a kill now leaves nothing half-done.
+            log.info("prepare of %s waits %.1f s (test hook)",
+                     ",".join(r.uid for r in refs), self.cfg.prepare_delay_s)
+            time.sleep(self.cfg.prepare_delay_s)
         try:
             self._adopt_legacy()
         except OSError as err:

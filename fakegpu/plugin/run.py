@@ -2,7 +2,9 @@
 
 Shutdown on SIGTERM/SIGINT: unregister (remove the registration socket), finish in-flight
 calls, remove our sockets; then delete the node's slices only if no other instance of this
-driver still serves here (during a rolling update the new instance keeps them).
+driver still serves here (during a rolling update the new instance keeps them). SIGUSR1 is a
+stop for replacement (a sequential upgrade): the slices stay in any case, for the next instance
+to adopt; should none come, the kubelet removes them after its grace period.
 """
 
 from __future__ import annotations
@@ -72,14 +74,17 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     stamp = version.current()
     log.info("fakegpu plugin version %s (from %s)", stamp.version, stamp.source)
     stop = stop or threading.Event()
+    replaced = threading.Event()  # SIGUSR1: stopped to be replaced; leave the slices
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)
+        if signum == signal.SIGUSR1:
+            replaced.set()
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, on_signal)
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
     nvidia = opts.driver_name == NVIDIA_DRIVER
     devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
@@ -98,7 +103,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     driver = Driver(DriverConfig(driver=opts.driver_name, node=opts.node_name,
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status,
-                                 dynamic_mig=opts.dynamic_mig, version=stamp.version),
+                                 dynamic_mig=opts.dynamic_mig, version=stamp.version,
+                                 prepare_delay_s=version.prepare_delay()),
                     kube, devices)
     health = Health(opts.driver_name, nvidia)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
@@ -144,6 +150,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if opts.publish_slices:
         if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
             log.info("another instance serves driver=%s: leaving ResourceSlices in place",
+                     opts.driver_name)
+        elif replaced.is_set():
+            log.info("stopped for replacement: leaving ResourceSlices of driver=%s in place",
                      opts.driver_name)
         else:
             publisher.cleanup()

@@ -33,6 +33,9 @@ VERSION_ENV = "FAKEGPU_PLUGIN_VERSION"
 BROKEN_ENV = "FAKEGPU_PLUGIN_BROKEN"
 STAMP_ENV = "FAKEGPU_PLUGIN_STAMP"
 STAMP_FILE = Path("/opt/fakegpu/VERSION")
+# Test hook for upgrade tests (a prepare in flight when the old instance is killed): every
+# NodePrepareResources of this instance waits this many seconds before touching anything.
+PREPARE_DELAY_ENV = "FAKEGPU_PLUGIN_PREPARE_DELAY"
 BROKEN_SUFFIX = "-broken"
 # A version goes into labels, image tags and file names: keep it to what all of them accept.
 _VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -70,3 +73,19 @@ def current(environ: Mapping[str, str] | None = None) -> Stamp:
             version, source = __version__, "package"
     broken = version.endswith(BROKEN_SUFFIX) or env.get(BROKEN_ENV, "") in ("1", "true")
     return Stamp(version, source, broken)
+
+
+def prepare_delay(environ: Mapping[str, str] | None = None) -> float:
+    """``$FAKEGPU_PLUGIN_PREPARE_DELAY`` in seconds (0 when unset); bad input names it."""
+    env = os.environ if environ is None else environ
+    text = env.get(PREPARE_DELAY_ENV, "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600:
+        raise InvalidInput(f"${PREPARE_DELAY_ENV}: {text!r} is not a number of seconds "
+                           "from 0 to 600")
+    return value
