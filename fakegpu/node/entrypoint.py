@@ -2,10 +2,11 @@
 
 In a cluster every plugin pod runs the same image with the same topology (a ConfigMap); what
 makes each worker show its own GPUs is the node name (downward API ``NODE_NAME``): the node's
-NVML state is rendered from the topology into a writable directory (an emptyDir, since the root
-file system is read-only) and the plugin is exec'd with the fake library first on the loader
-path. A node the topology does not name is an error, not a node without GPUs: a silent default
-would let tests pass against the wrong machine.
+NVML state is rendered from the topology into a writable directory (a hostPath of the node, so
+that faults and MIG instances made at run time outlive a plugin restart or upgrade, as they do on
+real hardware; rendered anew when the topology changes) and the plugin is exec'd with the fake
+library first on the loader path. A node the topology does not name is an error, not a node
+without GPUs: a silent default would let tests pass against the wrong machine.
 
 Usage: ``python -m fakegpu.node.entrypoint [PLUGIN ARGS...]`` (arguments go to
 ``fakegpu plugin run`` unchanged).
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fakegpu.topology.model import Node
+    from fakegpu.topology.model import Node, Topology
 
 TOPOLOGY_ENV = "FAKEGPU_TOPOLOGY"
 STATE_DIR_ENV = "FAKEGPU_NVML_STATE_DIR"
@@ -43,8 +44,31 @@ def plugin_env(environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
         raise InvalidInput(f"node {node!r} is not in topology {topology.name!r} "
                            f"(its nodes: {', '.join(names)})")
     state_dir = Path(environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
-    state = nvml_env.ensure_state(topology, node, state_dir / f"{node}.state", fresh=True)
+    state = keep_or_render(topology, node, state_dir / f"{node}.state",
+                           Path(environ.get(TOPOLOGY_ENV) or DEFAULT_TOPOLOGY))
     return {**environ, **nvml_env.env(state)}, node
+
+
+def keep_or_render(topology: Topology, node: str, path: Path, source: Path) -> Path:
+    """The node's NVML state, kept across plugin restarts (an upgrade) while the topology is
+    the same: faults and MIG instances made at run time live in it, as on real hardware
+    they outlive a driver pod. A changed topology (its digest, kept beside the state) or a
+    state of an older layout is rendered anew."""
+    import hashlib
+
+    from fakegpu import fsutil
+    from fakegpu.nvml import env as nvml_env
+
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    marker = path.with_name(path.name + ".topology-sha256")
+    try:
+        same = marker.read_text().strip() == digest
+    except OSError:
+        same = False
+    state = nvml_env.ensure_state(topology, node, path, fresh=not same)
+    if not same:
+        fsutil.atomic_write(marker, digest + "\n")
+    return state
 
 
 def plugin_args(node: Node) -> list[str]:

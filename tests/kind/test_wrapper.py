@@ -137,3 +137,21 @@ def test_seccomp_support_is_read_from_runc_features() -> None:
         version = subprocess.run([str(runc), "--version"], capture_output=True, text=True,
                                  check=True).stdout
         assert nodeconfig.seccomp_supported(runc) is ("libseccomp" in version), runc
+
+
+def test_entrypoint_keeps_the_nodes_state_across_restarts_until_the_topology_changes(
+        tmp_path: Path) -> None:
+    topo = tmp_path / "topology.yaml"
+    topo.write_text((REPO / "fixtures" / "gb200-mini.yaml").read_text())
+    env = {"NODE_NAME": "gb200-2", "FAKEGPU_TOPOLOGY": str(topo),
+           "FAKEGPU_NVML_STATE_DIR": str(tmp_path / "state")}
+    state = Path(entrypoint.plugin_env(env)[0]["FAKEGPU_NVML_STATE"])
+    first = state.read_bytes()
+    # A plugin restart (an upgrade): what happened to the GPUs at run time stays.
+    state.write_bytes(first[:-1] + bytes([first[-1] ^ 1]))
+    entrypoint.plugin_env(env)
+    assert state.read_bytes() != first
+    # Another topology (even the same nodes, a comment more): rendered anew.
+    topo.write_text(topo.read_text() + "\n# changed\n")
+    entrypoint.plugin_env(env)
+    assert state.read_bytes() == first
