@@ -124,6 +124,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="also name the workload image NAME:TAG on the cluster's nodes "
                          "(repeatable; e.g. ubuntu:22.04 for manifests written for real "
                          "clusters, e2e/nvidia/)")
+    group.addoption("--nvidia-plugin-bin", dest="nvidia_plugin_bin", default=None,
+                    metavar="PATH",
+                    help="NVIDIA's gpu-kubelet-plugin, built from NVIDIA/k8s-dra-driver-gpu: "
+                         "e2e/test_nvidia_driver.py runs it on a cluster of its own "
+                         "(skipped without it; docs/nvidia-driver.md)")
     group.addoption("--cluster-name", dest="cluster_name", default=DEFAULT_CLUSTER_NAME,
                     metavar="NAME",
                     help=f"name of the e2e cluster (default: {DEFAULT_CLUSTER_NAME})")
