@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -27,6 +28,21 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def tree() -> str:
+    """The commit measured, "+changes" when the working tree differs from it (a shared tree:
+    others' uncommitted work is then part of what was measured)."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty else "")
+
+
 def machine() -> dict[str, object]:
     mem_kib = 0
     try:
@@ -37,5 +53,5 @@ def machine() -> dict[str, object]:
         pass
     return {"cpus": os.cpu_count(), "cpu": _cpu_model(),
             "memory_gib": round(mem_kib / 1024 / 1024, 1), "kernel": platform.release(),
-            "python": platform.python_version(),
+            "python": platform.python_version(), "tree": tree(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
