@@ -47,11 +47,17 @@ class Install:
         extendedResourceName): what ``limits`` name to get a whole GPU through DRA."""
         return self.driver.removeprefix("gpu.") + "/gpu"
 
+    @property
+    def domain(self) -> str:
+        """<driver domain>: nvidia.com, fakegpu.dev (the chart's driverDomain): ComputeDomains
+        live in resource.<domain>, their driver is compute-domain.<domain>."""
+        return self.driver.removeprefix("gpu.")
+
     def placeholders(self) -> dict[str, str]:
         return {"NAME": self.name, "NAMESPACE": self.namespace,
                 "SERVICE_ACCOUNT": self.service_account, "DRIVER": self.driver,
                 "MIG_CLASS": self.mig_class, "EXTENDED_RESOURCE": self.extended_resource,
-                "RESOURCE_API": self.resource_api}
+                "RESOURCE_API": self.resource_api, "DOMAIN": self.domain}
 
 
 def files() -> list[Traversable]:

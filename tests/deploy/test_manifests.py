@@ -30,16 +30,44 @@ def test_the_package_ships_the_charts_files() -> None:
 def test_every_placeholder_is_filled(driver: str, mig: str) -> None:
     objs = manifests.render(Install(driver=driver, resource_api="resource.k8s.io/v1beta2"))
     assert "${" not in yaml.safe_dump_all(objs)
+    domain = driver.removeprefix("gpu.")
+    compute = {f"compute-domain-default-channel.{domain}", f"compute-domain-daemon.{domain}"}
     classes = {c["metadata"]["name"]: c for c in objs if c["kind"] == "DeviceClass"}
-    assert set(classes) == {driver, mig}
+    assert set(classes) == {driver, mig, *compute}
+    for name in compute:  # the compute-domain driver's (computedomain.yaml)
+        assert f"device.driver == 'compute-domain.{domain}'" in \
+            classes.pop(name)["spec"]["selectors"][0]["cel"]["expression"]
     # DRAExtendedResource: limits of <driver domain>/gpu (nvidia.com/gpu) get whole GPUs.
     assert classes[driver]["spec"]["extendedResourceName"] == \
         driver.removeprefix("gpu.") + "/gpu"
     assert "extendedResourceName" not in classes[mig]["spec"]
     assert {c["apiVersion"] for c in classes.values()} == {"resource.k8s.io/v1beta2"}
-    (role,) = [o for o in objs if o["kind"] == "ClusterRole"]
+    (role,) = [o for o in objs if o["kind"] == "ClusterRole"
+               and o["metadata"]["name"] == manifests.RELEASE]
     (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
     assert driver_rule["resourceNames"] == [driver]
+
+
+@pytest.mark.parametrize(("driver", "group"), [("gpu.fakegpu.dev", "resource.fakegpu.dev"),
+                                               ("gpu.nvidia.com", "resource.nvidia.com")])
+def test_the_computedomain_crd_is_nvidias_shape_in_the_drivers_group(driver: str,
+                                                                      group: str) -> None:
+    objs = manifests.render(Install(driver=driver))
+    (crd,) = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    assert crd["metadata"]["name"] == f"computedomains.{group}"
+    assert (crd["spec"]["group"], crd["spec"]["scope"]) == (group, "Namespaced")
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1beta1" and version["subresources"] == {"status": {}}
+    props = version["schema"]["openAPIV3Schema"]["properties"]
+    spec, status = props["spec"]["properties"], props["status"]["properties"]
+    assert set(spec) == {"numNodes", "channel"}
+    assert spec["channel"]["properties"]["allocationMode"]["enum"] == ["Single", "All"]
+    assert set(status["nodes"]["items"]["properties"]) == {
+        "name", "ipAddress", "cliqueID", "index", "status"}
+    # The compute-domain plugin runs as the GPU plugin's service account.
+    (binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"
+                  and o["metadata"]["name"] == f"{manifests.RELEASE}-compute-domain-plugin"]
+    assert binding["subjects"][0]["name"] == manifests.RELEASE
 
 
 def test_an_unknown_placeholder_is_an_error() -> None:
@@ -51,9 +79,11 @@ def test_embedded_objects_start_with_the_namespace_the_chart_is_installed_in() -
     objs = install.objects(Install(driver="gpu.fakegpu.dev"))
     assert objs[0] == {"apiVersion": "v1", "kind": "Namespace",
                        "metadata": {"name": manifests.NAMESPACE}}
-    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount"]
+    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount"
+             and o["metadata"]["name"] == manifests.RELEASE]
     assert sa["metadata"] == {"name": manifests.RELEASE, "namespace": manifests.NAMESPACE}
-    (binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+    (binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"
+                  and o["metadata"]["name"] == manifests.RELEASE]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": manifests.RELEASE,
                                     "namespace": manifests.NAMESPACE}]
 

@@ -47,6 +47,11 @@ gpu.fakegpu.dev
 {{- printf "%s/gpu" (regexReplaceAll "^gpu\\." $driver "") -}}
 {{- end -}}
 
+{{/* The driver's domain (nvidia.com, fakegpu.dev): ComputeDomains are resource.<domain>. */}}
+{{- define "fakegpu.driverDomain" -}}
+{{- regexReplaceAll "^gpu\\." (include "fakegpu.driverName" .) "" -}}
+{{- end -}}
+
 {{/*
 The resource.k8s.io version to write DeviceClasses with: the value, else the newest the
 cluster serves. `helm template` without a cluster knows the versions of Helm's own client
@@ -85,7 +90,8 @@ fails the render.
       "${SERVICE_ACCOUNT}" (include "fakegpu.serviceAccountName" $root)
       "${DRIVER}" (include "fakegpu.driverName" $root)
       "${MIG_CLASS}" (include "fakegpu.migClassName" $root)
-      "${EXTENDED_RESOURCE}" (include "fakegpu.extendedResourceName" $root) -}}
+      "${EXTENDED_RESOURCE}" (include "fakegpu.extendedResourceName" $root)
+      "${DOMAIN}" (include "fakegpu.driverDomain" $root) -}}
 {{- if contains "${RESOURCE_API}" $text -}}
 {{- $_ := set $values "${RESOURCE_API}" (include "fakegpu.resourceApiVersion" $root) -}}
 {{- end -}}

@@ -1,0 +1,129 @@
+"""``fakegpu computedomain``: the ComputeDomain controller, its kubelet plugin and the fake
+IMEX daemon (docs/gb200.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+from pathlib import Path
+
+from fakegpu.computedomain.names import Names
+from fakegpu.errors import InvalidInput
+
+from . import add_verbose, show_help
+
+DEFAULT_DOMAIN = "fakegpu.dev"
+
+
+def _domain_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--domain", default=DEFAULT_DOMAIN,
+                        help="the driver domain: nvidia.com means NVIDIA's names "
+                             "(resource.nvidia.com, compute-domain.nvidia.com); the GPU "
+                             "driver's name without 'gpu.' (default: %(default)s)")
+
+
+def _names(domain: str) -> Names:
+    from fakegpu.plugin import names as safe
+
+    if why := safe.check("--domain", domain):
+        raise InvalidInput(why)
+    return Names(domain)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add this concern's commands to the top-level parser."""
+    cd = sub.add_parser("computedomain", help="ComputeDomains: controller, plugin, IMEX daemon",
+                        description="Multi-node NVLink (GB200) the way NVIDIA's DRA driver "
+                                    "models it: ComputeDomains, IMEX channels and daemons.")
+    cmds = cd.add_subparsers(dest="cd_command", metavar="SUBCOMMAND")
+
+    ctl = cmds.add_parser("controller", help="run the ComputeDomain controller (one per cluster)",
+                          description="For each ComputeDomain: its channel claim template, the "
+                                      "IMEX daemon set, its status; cleanup on deletion.")
+    _domain_arg(ctl)
+    ctl.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "fakegpu-system"),
+                     help="where the IMEX daemon sets live (default: $POD_NAMESPACE or "
+                          "fakegpu-system)")
+    ctl.add_argument("--daemon-image", required=True,
+                     help="image of the IMEX daemon pods (one with a busybox shell and httpd)")
+    ctl.add_argument("--kubeconfig", type=Path, default=None,
+                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+    ctl.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                     help="seconds between passes (default: %(default)s)")
+    add_verbose(ctl)
+    ctl.set_defaults(func=_controller)
+
+    plug = cmds.add_parser("plugin", help="run the compute-domain kubelet plugin on this node",
+                           description="Publish IMEX channels and a daemon device; prepare "
+                                       "channel and daemon claims.")
+    plug.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
+                      help="this node's name (default: $NODE_NAME)")
+    _domain_arg(plug)
+    plug.add_argument("--kubeconfig", type=Path, default=None,
+                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+    plug.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
+                      help="the kubelet's root dir (default: %(default)s)")
+    plug.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
+                      help="where the container runtime reads CDI specs (default: %(default)s)")
+    plug.add_argument("--state-dir", type=Path, default=None,
+                      help="claim records and daemon logs (default: "
+                           "<kubelet-root>/plugins/<driver>)")
+    add_verbose(plug)
+    plug.set_defaults(func=_plugin)
+
+    dmn = cmds.add_parser("daemon", help="the fake IMEX daemon (started by the plugin)",
+                          description="One node's IMEX daemon of one ComputeDomain.")
+    _domain_arg(dmn)
+    dmn.add_argument("--domain-uid", required=True)
+    dmn.add_argument("--node", required=True)
+    dmn.add_argument("--pod-namespace", required=True)
+    dmn.add_argument("--pod-name", required=True)
+    dmn.add_argument("--claim-uid", default="", help="the daemon claim (names this process)")
+    dmn.add_argument("--state-dir", default="", help="the plugin's (names this process)")
+    dmn.add_argument("--kubeconfig", type=Path, default=None)
+    add_verbose(dmn)
+    dmn.set_defaults(func=_daemon)
+
+    cd.set_defaults(func=show_help(cd))
+
+
+def _controller(args: argparse.Namespace) -> int:
+    from fakegpu.computedomain.controller import Config, Controller
+    from fakegpu.kube import api as kubeapi
+
+    if args.interval <= 0:
+        raise InvalidInput(f"--interval must be positive, not {args.interval}")
+    stop = threading.Event()
+    _on_signals(stop)
+    Controller(kubeapi.connect(args.kubeconfig), Config(
+        _names(args.domain), args.namespace, args.daemon_image,
+        args.interval)).run(stop)
+    return 0
+
+
+def _plugin(args: argparse.Namespace) -> int:
+    from fakegpu.computedomain.plugin import run
+
+    if not args.node_name:
+        raise InvalidInput("--node-name is required (or set NODE_NAME)")
+    return run(_names(args.domain).driver, args.node_name, args.kubeconfig,
+               args.kubelet_root, args.cdi_root, args.state_dir)
+
+
+def _daemon(args: argparse.Namespace) -> int:
+    from fakegpu.computedomain import daemon
+    from fakegpu.kube import api as kubeapi
+
+    return daemon.run(kubeapi.connect(args.kubeconfig), daemon.Config(
+        _names(args.domain), args.domain_uid, args.node, args.pod_namespace, args.pod_name))
+
+
+def _on_signals(stop: threading.Event) -> None:
+    import signal
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)

@@ -1,0 +1,241 @@
+"""The ComputeDomain controller: one process per cluster.
+
+Each pass lists every ComputeDomain and, per domain: keeps the finalizer on it; creates the
+channel ResourceClaimTemplate (the domain's namespace), the daemon claim template and the IMEX
+DaemonSet (the driver's namespace) when missing; drops status entries of nodes that no longer
+run one of the domain's daemon pods and sets ``status.status``. A domain being deleted loses
+all of that, its label on every node, and then its finalizer; objects labelled with the UID of
+a domain that no longer exists are removed too (a domain deleted while the controller was
+down). Polling, not watches: one list per second per kind is nothing for the apiserver at this
+scale, and a missed event can never leave anything behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fakegpu.kube import api as kubeapi
+
+from . import kube, objects
+from .names import Names, daemonset_name
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = kube.TIMEOUT_S
+COMPONENT = "fakegpu-compute-domain-controller"
+
+
+@dataclass(frozen=True)
+class Config:
+    names: Names
+    namespace: str  # where daemon sets and daemon claim templates live
+    image: str  # the IMEX daemon pods' image
+    interval_s: float = 1.0
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient, cfg: Config) -> None:
+        self.api = api
+        self.cfg = cfg
+        self.names = cfg.names
+        self._core: Any = kube.core(api)
+        self._apps: Any = kube.apps(api)
+        self._objects: Any = kube.custom(api)
+        self._reported: dict[str, str] = {}  # uid -> last spec error reported
+
+    def run(self, stop: threading.Event) -> None:
+        log.info("controller running group=%s namespace=%s image=%s", self.names.group,
+                 self.cfg.namespace, self.cfg.image)
+        while not stop.is_set():
+            try:
+                self.reconcile_all()
+            except Exception as err:  # the apiserver away for a moment: the next pass retries
+                log.warning("reconcile pass failed: %s", err)
+            stop.wait(self.cfg.interval_s)
+
+    # --- one pass ------------------------------------------------------------------------------
+
+    def reconcile_all(self) -> None:
+        domains = kube.list_domains(self.api, self.names)
+        alive = {d["metadata"]["uid"] for d in domains
+                 if not d["metadata"].get("deletionTimestamp")}
+        for cd in domains:
+            try:
+                if cd["metadata"].get("deletionTimestamp"):
+                    self._finalize(cd)
+                else:
+                    self._reconcile(cd)
+            except objects.SpecError as err:
+                uid = cd["metadata"]["uid"]
+                if self._reported.get(uid) != str(err):
+                    self._reported[uid] = str(err)
+                    log.error("%s", err)
+                    kube.event(self.api, self.names, cd, "InvalidSpec", str(err), warning=True,
+                               component=COMPONENT)
+            except ApiException as err:
+                log.warning("ComputeDomain %s/%s: %s %s", cd["metadata"]["namespace"],
+                            cd["metadata"]["name"], err.status, err.reason)
+        self._collect_orphans(alive)
+
+    def _reconcile(self, cd: dict[str, Any]) -> None:
+        meta = cd["metadata"]
+        if self.names.finalizer not in (meta.get("finalizers") or []):
+            meta["finalizers"] = [*(meta.get("finalizers") or []), self.names.finalizer]
+            cd = kube.replace(self.api, self.names, cd)
+        domain = objects.parse(cd)
+        self._ensure_template(objects.channel_template(self.names, domain))
+        self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace))
+        self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
+                                                 self.cfg.image))
+        with_daemon = {p.spec.node_name for p in self._daemon_pods(domain.uid)
+                       if p.spec.node_name and not p.metadata.deletion_timestamp}
+
+        def status(current: dict[str, Any]) -> dict[str, Any]:
+            nodes = objects.prune_nodes(current.get("nodes") or [], with_daemon)
+            out = {**current, "status": objects.domain_status(domain.num_nodes, nodes)}
+            if nodes:
+                out["nodes"] = nodes
+            else:
+                out.pop("nodes", None)
+            return out
+
+        before = (cd.get("status") or {}).get("status")
+        after = kube.update_status(self.api, self.names, domain.namespace, domain.name, status)
+        now = ((after or {}).get("status") or {}).get("status")
+        if after is not None and now != before:
+            log.info("ComputeDomain %s is %s", domain.ref, now)
+            kube.event(self.api, self.names, after, f"ComputeDomain{now}",
+                       f"{_ready_count(after)} of {domain.num_nodes} nodes ready",
+                       component=COMPONENT)
+
+    def _ensure_template(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        try:
+            found = self._objects.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", meta["namespace"], "resourceclaimtemplates",
+                meta["name"], _request_timeout=TIMEOUT_S)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            kubeapi.apply(self.api, [body], field_manager=COMPONENT)
+            log.info("created ResourceClaimTemplate %s/%s", meta["namespace"], meta["name"])
+            return
+        owner = (found["metadata"].get("labels") or {}).get(self.names.label_key)
+        if owner != meta["labels"][self.names.label_key]:
+            raise objects.SpecError(
+                f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists and is not "
+                "this ComputeDomain's: rename spec.channel.resourceClaimTemplate.name")
+
+    def _ensure_daemonset(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        try:
+            self._apps.read_namespaced_daemon_set(meta["name"], meta["namespace"],
+                                                  _request_timeout=TIMEOUT_S)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            kubeapi.apply(self.api, [body], field_manager=COMPONENT)
+            log.info("created DaemonSet %s/%s", meta["namespace"], meta["name"])
+
+    def _daemon_pods(self, uid: str) -> list[Any]:
+        return list(self._core.list_namespaced_pod(
+            self.cfg.namespace, label_selector=f"{self.names.label_key}={uid}",
+            _request_timeout=TIMEOUT_S).items)
+
+    # --- deletion ------------------------------------------------------------------------------
+
+    def _finalize(self, cd: dict[str, Any]) -> None:
+        meta = cd["metadata"]
+        if self.names.finalizer not in (meta.get("finalizers") or []):
+            return
+        uid = meta["uid"]
+        if not self._cleanup(uid, channel_namespace=meta["namespace"]):
+            return  # daemon pods still stopping: the next pass looks again
+        meta["finalizers"] = [f for f in meta["finalizers"] if f != self.names.finalizer]
+        try:
+            kube.replace(self.api, self.names, cd)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        log.info("ComputeDomain %s/%s: everything it had is gone", meta["namespace"],
+                 meta["name"])
+
+    def _cleanup(self, uid: str, channel_namespace: str | None) -> bool:
+        """Remove what domain ``uid`` had; True once nothing of it is left but pods on nodes
+        that no longer exist (force-deleted here: no kubelet will ever confirm them)."""
+        selector = f"{self.names.label_key}={uid}"
+        for node in self._core.list_node(label_selector=selector,
+                                         _request_timeout=TIMEOUT_S).items:
+            kube.label_node(self.api, node.metadata.name, self.names.label_key, None)
+        _ignore_404(lambda: self._apps.delete_namespaced_daemon_set(
+            daemonset_name(uid), self.cfg.namespace, propagation_policy="Background",
+            _request_timeout=TIMEOUT_S))
+        namespaces = [self.cfg.namespace, *([channel_namespace] if channel_namespace else [])]
+        for template in self._templates(selector, None if channel_namespace is None
+                                        else namespaces):
+            tm = template["metadata"]
+            _ignore_404(lambda tm=tm: self._objects.delete_namespaced_custom_object(
+                "resource.k8s.io", "v1", tm["namespace"], "resourceclaimtemplates", tm["name"],
+                _request_timeout=TIMEOUT_S))
+        nodes = {n.metadata.name for n in self._core.list_node(_request_timeout=TIMEOUT_S).items}
+        left = []
+        for pod in self._daemon_pods(uid):
+            if pod.spec.node_name and pod.spec.node_name not in nodes:
+                _ignore_404(lambda pod=pod: self._core.delete_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0,
+                    _request_timeout=TIMEOUT_S))
+            else:
+                left.append(pod)
+        return not left
+
+    def _templates(self, selector: str, namespaces: list[str] | None) -> list[dict[str, Any]]:
+        if namespaces is None:
+            out = self._objects.list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceclaimtemplates", label_selector=selector,
+                _request_timeout=TIMEOUT_S)
+            return list(out.get("items") or [])
+        found: list[dict[str, Any]] = []
+        for ns in dict.fromkeys(namespaces):
+            out = self._objects.list_namespaced_custom_object(
+                "resource.k8s.io", "v1", ns, "resourceclaimtemplates", label_selector=selector,
+                _request_timeout=TIMEOUT_S)
+            found.extend(out.get("items") or [])
+        return found
+
+    def _collect_orphans(self, alive: set[str]) -> None:
+        """Objects of domains that are gone (deleted while no controller ran, or their
+        finalizer removed by hand)."""
+        key = self.names.label_key
+        seen: set[str] = set()
+        for ds in self._apps.list_namespaced_daemon_set(
+                self.cfg.namespace, label_selector=key, _request_timeout=TIMEOUT_S).items:
+            seen.add((ds.metadata.labels or {}).get(key, ""))
+        for node in self._core.list_node(label_selector=key, _request_timeout=TIMEOUT_S).items:
+            seen.add((node.metadata.labels or {}).get(key, ""))
+        for template in self._templates(key, None):
+            seen.add((template["metadata"].get("labels") or {}).get(key, ""))
+        # A domain created this very moment is not "gone": list again before removing.
+        gone = seen - alive - {""}
+        if gone:
+            gone -= {d["metadata"]["uid"] for d in kube.list_domains(self.api, self.names)}
+        for uid in gone:
+            log.info("removing what ComputeDomain uid=%s left behind", uid)
+            self._cleanup(uid, channel_namespace=None)
+
+
+def _ready_count(cd: dict[str, Any]) -> int:
+    return sum(1 for n in (cd.get("status") or {}).get("nodes") or []
+               if n.get("status") == "Ready")
+
+
+def _ignore_404(call: Any) -> None:
+    try:
+        call()
+    except ApiException as err:
+        if err.status != 404:
+            raise

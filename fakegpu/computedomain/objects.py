@@ -1,0 +1,175 @@
+"""Pure builders: a ComputeDomain -> the objects the controller keeps for it, and its status.
+
+No I/O: the controller reads, calls these, and writes. Every object carries the domain's UID
+in the label ``<group>/computeDomain`` so that cleanup finds it by label alone, even after the
+ComputeDomain itself is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .names import (
+    ALLOCATION_MODES,
+    CHANNEL,
+    CHANNEL_CONFIG_KIND,
+    DAEMON,
+    DAEMON_CONFIG_KIND,
+    DAEMON_PORT,
+    NOT_READY,
+    READY,
+    Names,
+    daemon_template_name,
+    daemonset_name,
+)
+
+RESOURCE_API = "resource.k8s.io/v1"
+# The IMEX daemon pod: its process is the daemon's endpoint on the pod network (its peers
+# connect to it); when it dies the pod's supervisor loop restarts it after a pause, as a
+# service manager would, so an outage lasts long enough for every peer to see it.
+RESTART_PAUSE_S = 5
+DAEMON_SCRIPT = (f"while true; do httpd -f -p {DAEMON_PORT} -h /; "
+                 f"echo 'IMEX daemon endpoint exited; restarting in {RESTART_PAUSE_S}s'; "
+                 f"sleep {RESTART_PAUSE_S}; done")
+
+
+class SpecError(ValueError):
+    """A ComputeDomain whose spec the controller cannot act on (one line, names the field)."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    namespace: str
+    name: str
+    uid: str
+    num_nodes: int
+    template: str  # spec.channel.resourceClaimTemplate.name
+    allocation_mode: str  # Single | All
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse(cd: Mapping[str, Any]) -> Domain:
+    """A ComputeDomain object -> Domain. Raises SpecError naming the field."""
+    meta = cd.get("metadata") or {}
+    where = f"ComputeDomain {meta.get('namespace')}/{meta.get('name')}"
+    spec = cd.get("spec") or {}
+    num = spec.get("numNodes", 0)
+    if not isinstance(num, int) or isinstance(num, bool) or num < 0:
+        raise SpecError(f"{where}: spec.numNodes must be a whole number >= 0, not {num!r}")
+    channel = spec.get("channel") or {}
+    template = (channel.get("resourceClaimTemplate") or {}).get("name")
+    if not template or not isinstance(template, str):
+        raise SpecError(f"{where}: spec.channel.resourceClaimTemplate.name is required")
+    mode = channel.get("allocationMode") or "Single"
+    if mode not in ALLOCATION_MODES:
+        raise SpecError(f"{where}: spec.channel.allocationMode must be one of "
+                        f"{', '.join(ALLOCATION_MODES)}, not {mode!r}")
+    return Domain(namespace=str(meta["namespace"]), name=str(meta["name"]),
+                  uid=str(meta["uid"]), num_nodes=num, template=template,
+                  allocation_mode=mode)
+
+
+def _labels(names: Names, domain: Domain) -> dict[str, str]:
+    return {names.label_key: domain.uid, "app.kubernetes.io/managed-by": "fakegpu"}
+
+
+def _template(names: Names, domain: Domain, name: str, namespace: str, request: str,
+              device_class: str, config_kind: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"apiVersion": names.api_version, "kind": config_kind,
+                              "domainID": domain.uid}
+    if config_kind == CHANNEL_CONFIG_KIND:
+        params["allocationMode"] = domain.allocation_mode
+    return {
+        "apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels(names, domain)},
+        "spec": {"spec": {"devices": {
+            "requests": [{"name": request, "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount", "count": 1}}],
+            "config": [{"requests": [request], "opaque": {
+                "driver": names.driver, "parameters": params}}],
+        }}},
+    }
+
+
+def channel_template(names: Names, domain: Domain) -> dict[str, Any]:
+    """The template users' pods name: one IMEX channel of the domain, in its namespace."""
+    return _template(names, domain, domain.template, domain.namespace, CHANNEL,
+                     names.channel_class, CHANNEL_CONFIG_KIND)
+
+
+def daemon_template(names: Names, domain: Domain, namespace: str) -> dict[str, Any]:
+    """The daemon pods' claim: the node's daemon device, configured for this domain."""
+    return _template(names, domain, daemon_template_name(domain.uid), namespace, DAEMON,
+                     names.daemon_class, DAEMON_CONFIG_KIND)
+
+
+def daemonset(names: Names, domain: Domain, namespace: str, image: str) -> dict[str, Any]:
+    """One IMEX daemon per node that carries the domain's label (NVIDIA's way: the plugin
+    labels a node when it prepares a channel of the domain there)."""
+    labels = _labels(names, domain)
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": daemonset_name(domain.uid), "namespace": namespace,
+                     "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": {names.label_key: domain.uid}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {names.label_key: domain.uid},
+                    "tolerations": [{"operator": "Exists"}],
+                    "terminationGracePeriodSeconds": 1,
+                    "resourceClaims": [{"name": DAEMON,
+                                        "resourceClaimTemplateName":
+                                            daemon_template_name(domain.uid)}],
+                    "containers": [{
+                        "name": "imex-daemon", "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", DAEMON_SCRIPT],
+                        "ports": [{"name": "imex", "containerPort": DAEMON_PORT}],
+                        "resources": {"claims": [{"name": DAEMON}]},
+                    }],
+                },
+            },
+        },
+    }
+
+
+def domain_status(num_nodes: int, nodes: Sequence[Mapping[str, Any]]) -> str:
+    """Ready when at least numNodes daemons are ready (numNodes 0: when any node is, and all
+    that joined are)."""
+    ready = sum(1 for n in nodes if n.get("status") == READY)
+    if num_nodes > 0:
+        return READY if ready >= num_nodes else NOT_READY
+    return READY if nodes and ready == len(nodes) else NOT_READY
+
+
+def prune_nodes(nodes: Iterable[Mapping[str, Any]], with_daemon: set[str]
+                ) -> list[dict[str, Any]]:
+    """The status entries of nodes that still run one of the domain's daemon pods (a node
+    deleted, or one the domain left, drops out)."""
+    return [dict(n) for n in nodes if n.get("name") in with_daemon]
+
+
+def upsert_node(nodes: Iterable[Mapping[str, Any]], entry: Mapping[str, Any]
+                ) -> list[dict[str, Any]]:
+    """``nodes`` with ``entry`` replacing the one of its node; a new node takes the lowest
+    free index (indexes stay stable while a node is in the domain)."""
+    out = [dict(n) for n in nodes]
+    for n in out:
+        if n.get("name") == entry["name"]:
+            n.update({k: v for k, v in entry.items() if k != "index"})
+            return out
+    used = {n.get("index") for n in out}
+    index = next(i for i in range(len(out) + 1) if i not in used)
+    out.append({**entry, "index": index})
+    return sorted(out, key=lambda n: int(n.get("index", 0)))
+
+
+def remove_node(nodes: Iterable[Mapping[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [dict(n) for n in nodes if n.get("name") != name]

@@ -1,0 +1,509 @@
+"""The compute-domain kubelet plugin: the fakegpu plugin's gRPC machinery under a second
+driver name (compute-domain.nvidia.com, or compute-domain.fakegpu.dev).
+
+It publishes, per node, IMEX channel devices ``channel-<N>`` and one daemon device
+``daemon-0`` (attributes ``type`` and ``id``, as NVIDIA's driver names them) and prepares:
+
+- a daemon claim (the IMEX DaemonSet's pod on this node): starts the fake IMEX daemon for the
+  claim's domain (``daemon.py``) and gives the pod the domain's identity;
+- a channel claim (a workload's): refuses a node that cannot join the domain (its fabric is not
+  completed and healthy, or its clique is not the domain's), labels the node for the domain
+  so its IMEX daemon lands here, waits until that daemon is Ready in the domain's status, then
+  injects ``/dev/nvidia-caps-imex-channels/channel<N>`` and ``FAKEGPU_COMPUTE_DOMAIN`` /
+  ``FAKEGPU_IMEX_CHANNEL``. Not ready within ``READY_WAIT_S``: that claim's error, and the
+  kubelet asks again.
+
+Errors are per claim; records (one JSON file per prepared claim) make prepare idempotent and
+let a restarted plugin find its daemons again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from fakegpu import fsutil
+from fakegpu.errors import FakegpuError, InvalidInput
+from fakegpu.kube import api as kubeapi
+from fakegpu.plugin import names as safe
+from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
+from fakegpu.plugin.driver import PrepareResult
+from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.plugin.server import PluginServers, socket_paths
+
+from . import fabric, kube
+from .names import (
+    CHANNEL,
+    CHANNEL_CONFIG_KIND,
+    DAEMON,
+    DAEMON_CONFIG_KIND,
+    ENV_CHANNEL,
+    ENV_DOMAIN,
+    IMEX_CHANNEL_DIR,
+    READY,
+    Names,
+    for_cd_driver,
+)
+
+log = logging.getLogger(__name__)
+CHANNELS = 8  # channel-0 .. channel-7 published per node (NVIDIA's driver: up to 2048)
+# The char device a channel is: a major no real driver here uses (the real one is dynamic,
+# from /proc/devices "nvidia-caps-imex-channels"), minor = channel number.
+IMEX_MAJOR = 511
+READY_WAIT_S = 20.0
+CDI_VERSION = "0.6.0"
+CDI_CLASS = "imex"
+DAEMON_STOP_S = 5.0
+
+
+@dataclass(frozen=True)
+class Config:
+    names: Names
+    node: str
+    kubeconfig: Path | None
+    kubelet_root: Path
+    cdi_root: Path
+    state_dir: Path
+
+
+# --- pure pieces -------------------------------------------------------------------------------
+
+
+def devices() -> list[dict[str, Any]]:
+    """This node's devices, in ResourceSlice form (resource.k8s.io/v1). Every domain on the
+    node shares them: allowMultipleAllocations (an apiserver without DRAConsumableCapacity
+    drops it, and then one domain at a time uses a node)."""
+    def device(kind: str, index: int) -> dict[str, Any]:
+        return {"name": f"{kind}-{index}", "allowMultipleAllocations": True,
+                "attributes": {"type": {"string": kind}, "id": {"int": index}}}
+
+    return [*(device(CHANNEL, i) for i in range(CHANNELS)), device(DAEMON, 0)]
+
+
+def slice_object(names: Names, node: str, node_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{names.driver}",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
+                                          "uid": node_uid, "controller": True}]},
+        "spec": {"driver": names.driver, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices()},
+    }
+
+
+class ClaimError(Exception):
+    """This claim cannot be prepared: the message is its error (one line)."""
+
+
+@dataclass(frozen=True)
+class Allocated:
+    request: str
+    device: str  # channel-<N> | daemon-0
+    kind: str  # channel | daemon
+    index: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    ref: ClaimRef
+    domain_uid: str
+    config_kind: str
+    allocation_mode: str
+    devices: tuple[Allocated, ...]
+
+    @property
+    def kind(self) -> str:
+        return DAEMON if self.config_kind == DAEMON_CONFIG_KIND else CHANNEL
+
+
+def plan(claim: dict[str, Any], ref: ClaimRef, names: Names, node: str) -> Plan:
+    """The claim's devices of our driver on this node and its domain config. Raises
+    ClaimError."""
+    where = f"ResourceClaim {ref.namespace}/{ref.name}"
+    if (claim.get("metadata") or {}).get("uid") != ref.uid:
+        raise ClaimError(f"{where} has another UID (deleted and recreated)")
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    results = [r for r in (allocation.get("devices") or {}).get("results") or []
+               if r.get("driver") == names.driver]
+    if not results:
+        raise ClaimError(f"{where} has no devices allocated by driver {names.driver}")
+    allocated = []
+    for r in results:
+        if r.get("pool") != node:
+            raise ClaimError(f"{where}: device {r.get('device')} is allocated on node "
+                             f"{r.get('pool')}, not {node}")
+        kind, _, index = str(r.get("device", "")).rpartition("-")
+        if kind not in (CHANNEL, DAEMON) or not index.isdigit():
+            raise ClaimError(f"{where} names unknown device {r.get('device')!r}")
+        allocated.append(Allocated(str(r.get("request", "")), str(r["device"]), kind,
+                                   int(index)))
+    configs = [c.get("opaque") or {} for c in (allocation.get("devices") or {}).get("config")
+               or []]
+    params = [c.get("parameters") or {} for c in configs if c.get("driver") == names.driver]
+    ours = [p for p in params if p.get("kind") in (CHANNEL_CONFIG_KIND, DAEMON_CONFIG_KIND)]
+    if not ours or not ours[-1].get("domainID"):
+        raise ClaimError(f"{where} has no {CHANNEL_CONFIG_KIND} or {DAEMON_CONFIG_KIND} "
+                         f"naming a domainID for driver {names.driver}: use the "
+                         "ComputeDomain's resourceClaimTemplate")
+    config = ours[-1]  # the last one wins, as for every opaque config
+    kinds = {a.kind for a in allocated}
+    wanted = DAEMON if config["kind"] == DAEMON_CONFIG_KIND else CHANNEL
+    if kinds != {wanted}:
+        raise ClaimError(f"{where}: a {config['kind']} goes with {wanted} devices, not "
+                         f"{', '.join(sorted(a.device for a in allocated))}")
+    return Plan(ref, str(config["domainID"]), str(config["kind"]),
+                str(config.get("allocationMode") or "Single"), tuple(allocated))
+
+
+def join_problem(names_: Names, cd: dict[str, Any], node: str, fab: fabric.NodeFabric) -> str:
+    """Why ``node`` cannot join domain ``cd``, or ""."""
+    meta = cd["metadata"]
+    ref = f"ComputeDomain {meta['namespace']}/{meta['name']}"
+    if fab.problem:
+        return f"node {node} cannot join {ref}: {fab.problem}"
+    others = [n for n in (cd.get("status") or {}).get("nodes") or []
+              if n.get("name") != node and n.get("cliqueID")]
+    theirs = sorted({n["cliqueID"] for n in others} - {fab.clique})
+    if theirs:
+        members = ", ".join(sorted(n["name"] for n in others if n["cliqueID"] != fab.clique))
+        return (f"node {node} cannot join {ref}: its GPUs are in NVLink clique {fab.clique}, "
+                f"the domain's nodes ({members}) in {', '.join(theirs)}")
+    return ""
+
+
+def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str) -> dict[str, Any]:
+    kind = f"{names_.driver}/{CDI_CLASS}"
+    env = [f"{ENV_DOMAIN}={p.domain_uid}", f"FAKEGPU_COMPUTE_DOMAIN_NAME={domain_ref}",
+           f"FAKEGPU_CLAIM={p.ref.namespace}/{p.ref.name}"]
+    devs = []
+    for a in p.devices:
+        edits: dict[str, Any] = {}
+        if a.kind == CHANNEL:
+            channels = range(CHANNELS) if p.allocation_mode == "All" else [a.index]
+            edits["deviceNodes"] = [{
+                "path": f"{IMEX_CHANNEL_DIR}/channel{c}", "type": "c", "major": IMEX_MAJOR,
+                "minor": c, "permissions": "rw", "fileMode": 0o666} for c in channels]
+            edits["env"] = [f"{ENV_CHANNEL}={a.index}", f"FAKEGPU_CLIQUE_ID={clique}"]
+        devs.append({"name": f"{p.ref.uid}-{a.device}", "containerEdits": edits})
+    return {"cdiVersion": CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
+            "devices": devs}
+
+
+def spec_filename(names_: Names, uid: str) -> str:
+    return f"{names_.driver.replace('.', '_')}-claim_{uid}.json"
+
+
+# --- the driver --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _DriverName:
+    driver: str
+
+
+class ComputeDomainDriver:
+    """What ``fakegpu.plugin.server`` calls: prepare / unprepare, one result per claim."""
+
+    def __init__(self, cfg: Config, api: client.ApiClient) -> None:
+        self.cfg = _DriverName(cfg.names.driver)
+        self.c = cfg
+        self.names = cfg.names
+        self.api = api
+        self._lock = threading.Lock()  # one claim at a time: prepares wait on daemons anyway
+        self._claims = self.c.state_dir / "claims"
+        self._daemons = self.c.state_dir / "daemons"
+        self._claims.mkdir(parents=True, exist_ok=True)
+        self._daemons.mkdir(parents=True, exist_ok=True)
+        self.c.cdi_root.mkdir(parents=True, exist_ok=True)
+
+    # records: <state>/claims/<uid>.json = {"claim": PreparedClaim, "domain", "kind", "pod"}
+    def _record(self, uid: str) -> dict[str, Any] | None:
+        try:
+            raw = json.loads((self._claims / f"{uid}.json").read_text())
+            return raw if isinstance(raw, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for path in self._claims.glob("*.json"):
+            if (rec := self._record(path.stem)) is not None:
+                out[path.stem] = rec
+        return out
+
+    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        results = {}
+        for ref in refs:
+            try:
+                results[ref.uid] = PrepareResult(self._prepare_one(ref))
+            except ClaimError as err:
+                log.warning("prepare uid=%s: %s", ref.uid, err)
+                results[ref.uid] = PrepareResult(None, str(err))
+            except Exception as err:  # the apiserver, NVML, the disk: this claim's error
+                log.exception("prepare uid=%s failed", ref.uid)
+                results[ref.uid] = PrepareResult(None, f"cannot prepare: {err}")
+        return results
+
+    def _prepare_one(self, ref: ClaimRef) -> PreparedClaim:
+        bad = safe.check("namespace", ref.namespace) or safe.check("name", ref.name)
+        if bad:
+            raise ClaimError(f"ResourceClaim {bad}")
+        rec = self._record(ref.uid)
+        if rec is not None and (self.c.cdi_root / rec["claim"]["cdi_spec"]).is_file():
+            if rec["kind"] == DAEMON:
+                self._ensure_daemon(ref.uid, rec)
+            return PreparedClaim.from_json(rec["claim"])
+        claim = dict(kube.custom(self.api).get_namespaced_custom_object(
+            "resource.k8s.io", "v1", ref.namespace, "resourceclaims", ref.name,
+            _request_timeout=kube.TIMEOUT_S))
+        p = plan(claim, ref, self.names, self.c.node)
+        cd = kube.find_domain(self.api, self.names, p.domain_uid)
+        if cd is None:
+            raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: no ComputeDomain "
+                             f"with UID {p.domain_uid}")
+        domain_ref = f"{cd['metadata']['namespace']}/{cd['metadata']['name']}"
+        pod = ""
+        clique = ""
+        if p.kind == CHANNEL:
+            fab = fabric.read()
+            if why := join_problem(self.names, cd, self.c.node, fab):
+                raise ClaimError(why)
+            clique = fab.clique
+            kube.label_node(self.api, self.c.node, self.names.label_key, p.domain_uid)
+            self._wait_ready(cd, domain_ref)
+        else:
+            owners = [r for r in (claim.get("status") or {}).get("reservedFor") or []
+                      if r.get("resource") == "pods"]
+            if not owners:
+                raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} is reserved for "
+                                 "no pod: a daemon claim belongs to an IMEX daemon pod")
+            pod = f"{ref.namespace}/{owners[0]['name']}"
+        prepared = PreparedClaim(
+            uid=ref.uid, namespace=ref.namespace, name=ref.name,
+            devices=tuple(PreparedDevice(
+                request_names=(a.request,), pool_name=self.c.node, device_name=a.device,
+                cdi_device_ids=(f"{self.names.driver}/{CDI_CLASS}={ref.uid}-{a.device}",))
+                for a in p.devices),
+            cdi_spec=spec_filename(self.names, ref.uid))
+        rec = {"claim": prepared.to_json(), "domain": p.domain_uid, "kind": p.kind, "pod": pod}
+        with self._lock:
+            fsutil.atomic_write(self.c.cdi_root / prepared.cdi_spec,
+                                json.dumps(cdi_spec(self.names, p, domain_ref, clique)),
+                                mode=0o644)
+            fsutil.atomic_write(self._claims / f"{ref.uid}.json", json.dumps(rec))
+            if p.kind == DAEMON:
+                self._ensure_daemon(ref.uid, rec)
+        log.info("prepared %s claim=%s/%s uid=%s domain=%s", p.kind, ref.namespace, ref.name,
+                 ref.uid, domain_ref)
+        return prepared
+
+    def _wait_ready(self, cd: dict[str, Any], domain_ref: str) -> None:
+        deadline = time.monotonic() + READY_WAIT_S
+        meta = cd["metadata"]
+        state = "no IMEX daemon has reported from this node yet"
+        while True:
+            current = kube.get_domain(self.api, self.names, meta["namespace"], meta["name"])
+            mine = next((n for n in (current.get("status") or {}).get("nodes") or []
+                         if n.get("name") == self.c.node), None)
+            if mine is not None and mine.get("status") == READY:
+                return
+            if mine is not None:
+                state = f"its status is {mine.get('status') or 'unknown'}"
+            if time.monotonic() >= deadline:
+                raise ClaimError(f"ComputeDomain {domain_ref}: the IMEX daemon on node "
+                                 f"{self.c.node} is not ready ({state}); retrying")
+            time.sleep(0.5)
+
+    # --- daemons ---------------------------------------------------------------------------
+
+    def _pidfile(self, uid: str) -> Path:
+        return self._daemons / f"{uid}.pid"
+
+    def _daemon_pid(self, uid: str) -> int | None:
+        try:
+            pid = int(self._pidfile(uid).read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                alive = uid.encode() in f.read()  # our daemon, not a reused pid
+        except OSError:
+            return None
+        return pid if alive else None
+
+    def _ensure_daemon(self, uid: str, rec: dict[str, Any]) -> None:
+        if self._daemon_pid(uid) is not None:
+            return
+        namespace, _, pod = str(rec["pod"]).partition("/")
+        argv = [sys.executable, "-m", "fakegpu", "computedomain", "daemon",
+                "--domain", self.names.domain, "--domain-uid", rec["domain"],
+                "--node", self.c.node, "--pod-namespace", namespace, "--pod-name", pod,
+                "--claim-uid", uid, "--state-dir", str(self.c.state_dir),
+                *(["--kubeconfig", str(self.c.kubeconfig)] if self.c.kubeconfig else [])]
+        with (self._daemons / f"{uid}.log").open("ab") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        fsutil.atomic_write(self._pidfile(uid), str(proc.pid))
+        log.info("started IMEX daemon pid=%d claim=%s pod=%s domain=%s", proc.pid, uid,
+                 rec["pod"], rec["domain"])
+
+    def _stop_daemon(self, uid: str) -> None:
+        pid = self._daemon_pid(uid)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + DAEMON_STOP_S
+                while self._daemon_pid(uid) is not None and time.monotonic() < deadline:
+                    _reap()
+                    time.sleep(0.1)
+                if self._daemon_pid(uid) is not None:
+                    os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _reap()
+        self._pidfile(uid).unlink(missing_ok=True)
+
+    def restart_daemons(self) -> None:
+        """At start: every prepared daemon claim gets its daemon again."""
+        for uid, rec in self._records().items():
+            if rec.get("kind") == DAEMON:
+                self._ensure_daemon(uid, rec)
+
+    def stop_daemons(self) -> None:
+        for uid, rec in self._records().items():
+            if rec.get("kind") == DAEMON:
+                self._stop_daemon(uid)
+
+    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        out = {}
+        for ref in refs:
+            try:
+                self._unprepare_one(ref)
+                out[ref.uid] = ""
+            except Exception as err:
+                log.exception("unprepare uid=%s failed", ref.uid)
+                out[ref.uid] = f"cannot unprepare: {err}"
+        return out
+
+    def _unprepare_one(self, ref: ClaimRef) -> None:
+        rec = self._record(ref.uid)
+        if rec is None:
+            (self.c.cdi_root / spec_filename(self.names, ref.uid)).unlink(missing_ok=True)
+            return
+        if rec["kind"] == DAEMON:
+            self._stop_daemon(ref.uid)
+        with self._lock:
+            (self._claims / f"{ref.uid}.json").unlink(missing_ok=True)
+            (self.c.cdi_root / rec["claim"]["cdi_spec"]).unlink(missing_ok=True)
+            still = any(r.get("kind") == CHANNEL and r.get("domain") == rec["domain"]
+                        for r in self._records().values())
+        if rec["kind"] == CHANNEL and not still:
+            # The domain's last workload left this node: its daemon goes too (NVIDIA's way).
+            try:
+                node = kube.core(self.api).read_node(self.c.node,
+                                                             _request_timeout=kube.TIMEOUT_S)
+                if (node.metadata.labels or {}).get(self.names.label_key) == rec["domain"]:
+                    kube.label_node(self.api, self.c.node, self.names.label_key, None)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        log.info("unprepared %s claim=%s/%s uid=%s", rec["kind"], ref.namespace, ref.name,
+                 ref.uid)
+
+
+def _reap() -> None:
+    """Collect exited daemon children (no zombies keeping a pid alive)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+# --- run -------------------------------------------------------------------------------------
+
+
+def publish(api: client.ApiClient, names_: Names, node: str) -> None:
+    node_uid = kube.core(api).read_node(node, _request_timeout=kube.TIMEOUT_S)
+    body = slice_object(names_, node, str(node_uid.metadata.uid))
+    objects = kube.custom(api)
+    try:
+        old = objects.get_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                                body["metadata"]["name"],
+                                                _request_timeout=kube.TIMEOUT_S)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        objects.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body,
+                                             _request_timeout=kube.TIMEOUT_S)
+        return
+    body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+    body["spec"]["pool"]["generation"] = int(old["spec"]["pool"].get("generation", 0)) + 1
+    objects.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                          body["metadata"]["name"], body,
+                                          _request_timeout=kube.TIMEOUT_S)
+
+
+def unpublish(api: client.ApiClient, names_: Names, node: str) -> None:
+    try:
+        kube.custom(api).delete_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices", f"{node}-{names_.driver}",
+            _request_timeout=kube.TIMEOUT_S)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path,
+        cdi_root: Path, state_dir: Path | None, stop: threading.Event | None = None) -> int:
+    names_ = for_cd_driver(driver_name)
+    if names_ is None:
+        raise InvalidInput(f"--driver-name {driver_name!r} is not a compute-domain driver "
+                           "(compute-domain.<domain>)")
+    for flag, value in (("--node-name", node), ("--driver-name", driver_name)):
+        if why := safe.check(flag, value):
+            raise InvalidInput(why)
+    cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root,
+                 state_dir or kubelet_root / "plugins" / driver_name)
+    try:
+        api = kubeapi.connect(kubeconfig)
+    except Exception as err:
+        raise FakegpuError(f"cannot reach the apiserver: {err}") from err
+    driver = ComputeDomainDriver(cfg, api)
+    paths = socket_paths(kubelet_root, driver_name)
+    publish(api, names_, node)
+    driver.restart_daemons()
+    stop = stop or threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    servers = PluginServers(driver, paths, 8)  # type: ignore[arg-type]
+    log.info("serving driver=%s node=%s dra=%s", driver_name, node, paths.dra)
+    while not stop.wait(2.0):
+        _reap()
+    servers.stop(10.0)
+    driver.stop_daemons()
+    try:
+        unpublish(api, names_, node)
+    except Exception as err:
+        log.warning("cannot delete this node's slice: %s", err)
+    return 0

@@ -1,0 +1,99 @@
+"""The controller's pure builders and status arithmetic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fakegpu.computedomain import objects
+from fakegpu.computedomain.names import Names, for_cd_driver, for_gpu_driver
+
+NV = for_gpu_driver("gpu.nvidia.com")
+FG = for_gpu_driver("gpu.fakegpu.dev")
+
+
+def cd(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": "d", "uid": "u-1"},
+            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "t"}},
+                     **spec}}
+
+
+def test_names_are_nvidias_in_nvidia_mode_and_fakegpus_otherwise() -> None:
+    assert (NV.group, NV.driver, NV.label_key) == (
+        "resource.nvidia.com", "compute-domain.nvidia.com", "resource.nvidia.com/computeDomain")
+    assert (NV.channel_class, NV.daemon_class) == (
+        "compute-domain-default-channel.nvidia.com", "compute-domain-daemon.nvidia.com")
+    assert (FG.group, FG.driver) == ("resource.fakegpu.dev", "compute-domain.fakegpu.dev")
+    assert for_cd_driver("compute-domain.nvidia.com") == NV
+    assert for_cd_driver("gpu.nvidia.com") is None
+
+
+def test_parse_reads_the_spec_and_defaults_single() -> None:
+    d = objects.parse(cd())
+    assert (d.ref, d.uid, d.num_nodes, d.template, d.allocation_mode) == (
+        "ns/d", "u-1", 2, "t", "Single")
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"numNodes": -1}, "spec.numNodes"),
+    ({"numNodes": "2"}, "spec.numNodes"),
+    ({"numNodes": True}, "spec.numNodes"),
+    ({"channel": {}}, "spec.channel.resourceClaimTemplate.name"),
+    ({"channel": {"resourceClaimTemplate": {"name": "t"}, "allocationMode": "Some"}},
+     "spec.channel.allocationMode"),
+])
+def test_a_bad_spec_is_one_line_naming_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(objects.SpecError) as err:
+        objects.parse(cd(**spec))
+    assert field in str(err.value) and "ComputeDomain ns/d" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("names", [NV, FG])
+def test_templates_and_daemonset_carry_the_domain(names: Names) -> None:
+    d = objects.parse(cd(channel={"resourceClaimTemplate": {"name": "t"},
+                                  "allocationMode": "All"}))
+    ch = objects.channel_template(names, d)
+    assert ch["metadata"] == {"name": "t", "namespace": "ns",
+                              "labels": {names.label_key: "u-1",
+                                         "app.kubernetes.io/managed-by": "fakegpu"}}
+    devices = ch["spec"]["spec"]["devices"]
+    assert devices["requests"][0]["exactly"]["deviceClassName"] == names.channel_class
+    [config] = devices["config"]
+    assert config["opaque"] == {"driver": names.driver, "parameters": {
+        "apiVersion": names.api_version, "kind": "ComputeDomainChannelConfig",
+        "domainID": "u-1", "allocationMode": "All"}}
+    dm = objects.daemon_template(names, d, "sys")
+    assert dm["metadata"]["namespace"] == "sys"
+    assert dm["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["kind"] == \
+        "ComputeDomainDaemonConfig"
+    ds = objects.daemonset(names, d, "sys", "img:1")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {names.label_key: "u-1"}
+    assert pod["resourceClaims"][0]["resourceClaimTemplateName"] == dm["metadata"]["name"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= \
+        ds["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["containers"][0]["image"] == "img:1"
+
+
+def test_domain_status_counts_ready_nodes() -> None:
+    r, n = {"status": "Ready"}, {"status": "NotReady"}
+    assert objects.domain_status(2, [r, r]) == "Ready"
+    assert objects.domain_status(2, [r, n]) == "NotReady"
+    assert objects.domain_status(2, [r, r, n]) == "Ready"  # numNodes of them are enough
+    assert objects.domain_status(0, []) == "NotReady"
+    assert objects.domain_status(0, [r]) == "Ready"
+    assert objects.domain_status(0, [r, n]) == "NotReady"
+
+
+def test_upsert_keeps_indexes_and_fills_the_lowest_gap() -> None:
+    nodes = objects.upsert_node([], {"name": "a", "status": "NotReady"})
+    nodes = objects.upsert_node(nodes, {"name": "b", "status": "Ready"})
+    nodes = objects.upsert_node(nodes, {"name": "a", "status": "Ready", "index": 7})
+    assert [(x["name"], x["index"], x["status"]) for x in nodes] == [
+        ("a", 0, "Ready"), ("b", 1, "Ready")]
+    nodes = objects.remove_node(nodes, "a")
+    nodes = objects.upsert_node(nodes, {"name": "c", "status": "Ready"})
+    assert [(x["name"], x["index"]) for x in nodes] == [("c", 0), ("b", 1)]
+    assert [x["name"] for x in objects.prune_nodes(nodes, {"b"})] == ["b"]
