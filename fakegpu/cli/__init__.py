@@ -25,9 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Imported late: the command modules import add_verbose from this package.
-    from . import cluster, computedomain, conformance, kind, nvml, plugin, topology
+    from . import bandwidth, cluster, computedomain, conformance, kind, nvml, plugin, topology
 
-    for module in (topology, nvml, plugin, cluster, kind, conformance, computedomain):
+    for module in (topology, nvml, plugin, cluster, kind, conformance, bandwidth,
+                   computedomain):
         module.register(sub)
     return parser
 

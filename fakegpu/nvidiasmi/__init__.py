@@ -28,36 +28,44 @@ CFLAGS = ["-std=gnu11", "-O2", "-g0", "-Wall", "-Wextra", "-Werror"]
 
 def build(out_dir: Path) -> Path:
     """Compile ``out_dir/nvidia-smi`` (replaced atomically) and return its path."""
+    return build_static(SOURCE, NAME, out_dir)
+
+
+def build_static(source: Path, name: str, out_dir: Path, defines: tuple[str, ...] = ()) -> Path:
+    """Compile ``source`` with the fake NVML's sources into the static ``out_dir/name``
+    (replaced atomically); ``defines`` are extra ``-D`` flags for ``source``. The bandwidth
+    program (fakegpu.bandwidth.program) is built the same way."""
     from fakegpu.nvml import build as nvml_build
 
     cc = os.environ.get("CC", "gcc")
     if shutil.which(cc) is None:
-        raise MissingPrerequisite(f"cannot build {NAME}: C compiler {cc!r} not found")
+        raise MissingPrerequisite(f"cannot build {name}: C compiler {cc!r} not found")
     try:
         header = nvml_build.find_header()
     except nvml_build.BuildError as err:
-        raise MissingPrerequisite(f"cannot build {NAME}: {err}") from None
+        raise MissingPrerequisite(f"cannot build {name}: {err}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     flags = [*CFLAGS, "-pthread", f"-I{header.parent}", f"-I{nvml_build.CSRC}"]
-    with tempfile.TemporaryDirectory(prefix="fakegpu-nvidia-smi-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"fakegpu-{name}-") as tmp:
         objects = []
-        for src in (*nvml_build.sources(), SOURCE):
+        for src in (*nvml_build.sources(), source):
             obj = Path(tmp) / f"{src.stem}.o"
             # The library's own sources define the unversioned names too (its build flag).
-            extra = ["-DNVML_NO_UNVERSIONED_FUNC_DEFS"] if src != SOURCE else []
-            _cc([cc, *flags, *extra, "-c", str(src), "-o", str(obj)])
+            extra = (["-DNVML_NO_UNVERSIONED_FUNC_DEFS"] if src != source
+                     else [f"-D{d}" for d in defines])
+            _cc(name, [cc, *flags, *extra, "-c", str(src), "-o", str(obj)])
             objects.append(str(obj))
-        staged = out_dir / f".{NAME}.{os.getpid()}.tmp"
-        _cc([cc, "-static", "-pthread", "-o", str(staged), *objects])
-    final = out_dir / NAME
+        staged = out_dir / f".{name}.{os.getpid()}.tmp"
+        _cc(name, [cc, "-static", "-pthread", "-o", str(staged), *objects])
+    final = out_dir / name
     os.replace(staged, final)
     return final
 
 
-def _cc(cmd: list[str]) -> None:
+def _cc(name: str, cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise MissingPrerequisite(f"cannot build {NAME}: {proc.stderr.strip()[-500:]}")
+        raise MissingPrerequisite(f"cannot build {name}: {proc.stderr.strip()[-500:]}")
 
 
 def _sources() -> list[Path]:

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import catalog, ids, pci
+from . import catalog, ids, network, pci
 from .errors import Problem, TopologyError
 from .fields import Report, join, type_name
 from .mig import first_free, refusal
@@ -42,7 +42,7 @@ _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 _RANGE_DIGITS = 9  # node names are at most 63 characters anyway
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a Kubernetes node name
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
-_TOP_KEYS = ("name", "seed", "driver", "fabrics", "nodes")
+_TOP_KEYS = ("name", "seed", "driver", "network", "fabrics", "nodes")
 _NODE_KEYS = ("name", "system", "gpus", "nvlink", "faults", "simulated")
 _FAULTS_WITH_VALUE = {FaultKind.XID, FaultKind.NVLINK_DOWN}
 
@@ -85,10 +85,13 @@ def build(data: Any, source: str) -> Topology:
     seed = report.int_in(top, "seed", "", 0, 2**63 - 1, default=0)
     driver = _driver(report, top.get("driver"))
     fabrics = _fabrics(report, top.get("fabrics"), seed or 0)
+    net = network.parse(report, top.get("network"))
     nodes = _nodes(report, top.get("nodes"), seed or 0, fabrics)
-    if report.problems or name is None or seed is None or driver is None or nodes is None:
+    if (report.problems or name is None or seed is None or driver is None or nodes is None
+            or net is None):
         raise TopologyError(source, report.problems)
-    return Topology(name=name, seed=seed, driver=driver, nodes=tuple(nodes), source=source)
+    return Topology(name=name, seed=seed, driver=driver, nodes=tuple(nodes), source=source,
+                    network=net)
 
 
 def _driver(report: Report, raw: Any) -> Driver | None:

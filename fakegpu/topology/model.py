@@ -263,6 +263,21 @@ class Driver:
     nvml_version: str  # nvmlSystemGetNVMLVersion, e.g. "13.580.95.05"
 
 
+DEFAULT_NETWORK_GBPS_PER_GPU = 400.0  # one ~400 Gb/s NIC per GPU (REFERENCE.md section 5)
+
+
+@dataclass(frozen=True)
+class Network:
+    """The node-to-node network: what GPU pairs without an NVLink path get."""
+
+    gbps_per_gpu: float = DEFAULT_NETWORK_GBPS_PER_GPU  # Gb/s (bits), each direction
+
+    @property
+    def gbytes_per_gpu(self) -> float:
+        """The same speed in GB/s (bytes), the unit NVLink figures use."""
+        return self.gbps_per_gpu / 8
+
+
 # The state file keeps the topology name NUL-terminated in a char[64] (fgs_header.topology):
 # the loader counts UTF-8 bytes against it, so every valid topology renders.
 MAX_NAME_BYTES = 63
@@ -275,6 +290,7 @@ class Topology:
     driver: Driver
     nodes: tuple[Node, ...]
     source: str = "<memory>"  # file it was loaded from
+    network: Network = field(default_factory=Network)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:

@@ -15,6 +15,7 @@ def to_json(topology: Topology) -> dict[str, Any]:
         "driver": {"version": topology.driver.version,
                    "cuda_version": topology.driver.cuda_version,
                    "nvml_version": topology.driver.nvml_version},
+        "network": {"gbps_per_gpu": topology.network.gbps_per_gpu},
         "nodes": [_node_json(n) for n in topology.nodes],
     }
 

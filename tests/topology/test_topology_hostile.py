@@ -79,7 +79,7 @@ def test_many_problems_print_at_most_max_lines_and_a_count() -> None:
     lines = _error(text)
     assert len(lines) == MAX_LINES + 1
     assert lines[0] == "t.yaml: k0: unknown field, expected one of name, seed, driver, " \
-                       "fabrics, nodes"
+                       "network, fabrics, nodes"
     assert lines[-1] == f"t.yaml: ... and {1000 - MAX_LINES} more problems"
 
 
@@ -98,7 +98,7 @@ def test_merge_keys_still_work() -> None:
     # `gpu` is an unknown top-level field; the node's merged mapping is read as YAML says.
     lines = _error(text)
     assert lines == ["t.yaml: gpu: unknown field, expected one of name, seed, driver, "
-                     "fabrics, nodes"]
+                     "network, fabrics, nodes"]
 
 
 def test_many_faults_are_refused_before_any_node_is_stamped() -> None:

@@ -1,0 +1,83 @@
+"""The MPI-style launcher of the bandwidth job: one worker pod per node, already running
+(with their GPU claims, and a ComputeDomain channel claim when the job uses one). Like
+``mpirun`` over ssh, it starts one rank in each pod through the apiserver's exec stream,
+passing every rank the pod network addresses of its peers (rank 0 first: the rendezvous);
+the ranks exchange what NVML shows them over the pod network, and each prints its rows.
+The launcher merges them into one results document (``results.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubernetes import client as kclient
+
+from fakegpu.errors import FakegpuError
+from fakegpu.testkit import k8s
+
+from .program import IN_IMAGE
+from .results import merge
+
+PORT = 29500  # rank 0's rendezvous port (PyTorch's and many MPI launchers' default)
+LABEL = "app.kubernetes.io/name=nvbandwidth"  # the example's worker pods
+
+
+class JobFailed(FakegpuError):
+    """A rank failed or printed no results."""
+
+
+def worker_pods(core: kclient.CoreV1Api, namespace: str, selector: str = LABEL) -> list[Any]:
+    """The running worker pods of ``selector``, in node name order (rank order)."""
+    pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items
+    if not pods:
+        raise JobFailed(f"no pods match {selector!r} in namespace {namespace}")
+    waiting = [p.metadata.name for p in pods if p.status.phase != "Running" or not p.status.pod_ip]
+    if waiting:
+        raise JobFailed(f"pods not running yet in {namespace}: {', '.join(sorted(waiting))}")
+    nodes = [p.spec.node_name for p in pods]
+    if len(set(nodes)) != len(nodes):
+        raise JobFailed(f"pods of {selector!r} share nodes ({', '.join(sorted(nodes))}): the "
+                        "job runs one pod per node")
+    return sorted(pods, key=lambda p: p.spec.node_name)
+
+
+def command(rank: int, addresses: Sequence[str], node: str, *, port: int = PORT,
+            network_gbps: float | None = None, timeout: int = 60) -> list[str]:
+    """The command line of ``rank`` (``addresses``: the pod IPs in rank order)."""
+    peers = ",".join(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses)
+    cmd = [IN_IMAGE, "--rank", str(rank), "--peers", peers, "--port", str(port),
+           "--node", node, "--timeout", str(timeout)]
+    if network_gbps is not None:
+        cmd += ["--network-gbps", f"{network_gbps:g}"]
+    return cmd
+
+
+def run(core: kclient.CoreV1Api, namespace: str, pods: Sequence[Any], *,
+        network_gbps: float | None = None, port: int = PORT, timeout: int = 60
+        ) -> dict[str, Any]:
+    """Run one rank per pod of ``pods`` (rank order) at once; the merged results."""
+    addresses = [p.status.pod_ip for p in pods]
+
+    def one(rank: int) -> dict[str, Any]:
+        pod = pods[rank]
+        cmd = command(rank, addresses, pod.spec.node_name, port=port,
+                      network_gbps=network_gbps, timeout=timeout)
+        res = k8s.exec_in_pod(core, namespace, pod.metadata.name, cmd, timeout=timeout + 30,
+                              check=False)
+        if res.returncode != 0:
+            raise JobFailed(f"rank {rank} in pod {namespace}/{pod.metadata.name} exited "
+                            f"{res.returncode}: {res.stderr.strip()[-400:]}")
+        try:
+            out: dict[str, Any] = json.loads(res.stdout)
+        except json.JSONDecodeError:
+            raise JobFailed(f"rank {rank} in pod {namespace}/{pod.metadata.name} printed no "
+                            f"JSON: {res.stdout.strip()[:200]!r}") from None
+        return out
+
+    # Every rank at once: rank 0 waits for the others to reach it.
+    with ThreadPoolExecutor(max_workers=len(pods)) as pool:
+        outputs = list(pool.map(one, range(len(pods))))
+    return merge(outputs)

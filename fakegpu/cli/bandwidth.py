@@ -1,0 +1,91 @@
+"""``fakegpu bandwidth run|report``: the simulated nvbandwidth job of a fake GB200 (or any)
+cluster, and its GPU-by-GPU matrix drawn as a heatmap (docs/gb200.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fakegpu.errors import EXIT_OK, InvalidInput, printable
+
+from . import add_verbose, show_help
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    bw = sub.add_parser("bandwidth", help="the simulated nvbandwidth job and its heatmap",
+                        description="Run the nvbandwidth-like job in a cluster's worker pods "
+                                    "and draw its GPU-by-GPU matrix (docs/gb200.md).")
+    add_verbose(bw)
+    bw.set_defaults(func=show_help(bw))
+    cmds = bw.add_subparsers(dest="bandwidth_command", metavar="COMMAND")
+
+    run = cmds.add_parser("run", help="run one rank in each worker pod, write the results",
+                          description="Start the nvbandwidth program in each running worker "
+                                      "pod (one per node, rank order = node name order), "
+                                      "passing each its peers' pod IPs; merge their rows.")
+    add_verbose(run)
+    run.add_argument("--cluster", metavar="NAME", required=True,
+                     help="the fakegpu cluster (its kubeconfig and topology)")
+    run.add_argument("--provider", choices=("embedded", "kind"),
+                     help="the cluster's provider (default: the one that has it)")
+    run.add_argument("-n", "--namespace", required=True, help="the worker pods' namespace")
+    run.add_argument("--selector", default=None, metavar="LABELS",
+                     help="the worker pods (default: app.kubernetes.io/name=nvbandwidth)")
+    run.add_argument("--network-gbps", type=float, default=None, metavar="GBPS",
+                     help="node-to-node speed per GPU (default: the topology's network)")
+    run.add_argument("--timeout", type=int, default=60, metavar="S",
+                     help="how long rank 0 waits for the others (default 60)")
+    run.add_argument("--out", type=Path, required=True, metavar="RESULTS.json")
+    run.set_defaults(func=_run)
+
+    rep = cmds.add_parser("report", help="draw a results file as a heatmap + markdown table",
+                          description="Draw the GPU-by-GPU matrix of RESULTS.json as a heatmap "
+                                      "(nodes marked) and write it as a markdown table.")
+    add_verbose(rep)
+    rep.add_argument("results", type=Path, metavar="RESULTS.json")
+    rep.add_argument("--out", type=Path, required=True, metavar="HEATMAP.png")
+    rep.add_argument("--table", type=Path, default=None, metavar="TABLE.md",
+                     help="the markdown table (default: --out with .md)")
+    rep.add_argument("--title", default=None, help="the heatmap's title")
+    rep.set_defaults(func=_report)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kubernetes import client as kclient
+
+    from fakegpu.bandwidth import launcher
+    from fakegpu.cluster import nodenvml
+    from fakegpu.testkit import k8s
+    from fakegpu.topology.load import load_topology
+
+    if args.network_gbps is not None and not args.network_gbps > 0:
+        raise InvalidInput(f"--network-gbps: {args.network_gbps:g}, expected a speed above 0")
+    if args.timeout < 1:
+        raise InvalidInput(f"--timeout: {args.timeout}, expected at least 1 second")
+    info = nodenvml.find(args.cluster, args.provider).status(args.cluster)
+    if info is None:
+        raise InvalidInput(f"no cluster {args.cluster!r}")
+    gbps = args.network_gbps or load_topology(info.topology).network.gbps_per_gpu
+    core = kclient.CoreV1Api(k8s.new_api_client(info.kubeconfig))
+    pods = launcher.worker_pods(core, args.namespace, args.selector or launcher.LABEL)
+    results = launcher.run(core, args.namespace, pods, network_gbps=gbps, timeout=args.timeout)
+    from fakegpu.fsutil import atomic_write
+
+    atomic_write(args.out, json.dumps(results, indent=1) + "\n")
+    paths = {p for row in results["paths"] for p in row} - {"self"}
+    print(f"{printable(str(args.out))}: {len(results['gpus'])} GPUs on {len(pods)} nodes "
+          f"(simulated; paths: {', '.join(sorted(paths))})")
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace) -> int:
+    from fakegpu.bandwidth import report, results
+
+    data = results.load(args.results)
+    table = args.table or args.out.with_suffix(".md")
+    title = args.title or (f"simulated GPU-to-GPU bandwidth ({data.unit}): "
+                           f"{len(set(data.nodes))} nodes, {len(data.labels)} GPUs")
+    report.write(data, args.out, table, title)
+    print(f"{printable(str(args.out))}, {printable(str(table))}")
+    return EXIT_OK

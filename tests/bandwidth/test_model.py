@@ -1,0 +1,121 @@
+"""The bandwidth rules (fakegpu/bandwidth/model.py) from topologies: the figures follow from
+the catalog's per-link speed x links and the topology's network field, never from constants."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fakegpu.bandwidth import model
+from fakegpu.bandwidth.model import Path
+from fakegpu.paths import repo_fixtures_dir
+from fakegpu.topology import catalog
+from fakegpu.topology.load import load_topology, parse_topology
+from fakegpu.topology.model import Topology
+
+
+def _mini() -> Topology:
+    return load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+
+
+def _gb200_nvlink() -> float:
+    """One direction of a GB200's NVLink, from the catalog: links x per-link (both ways) / 2."""
+    spec = catalog.lookup("GB200").nvlink  # type: ignore[union-attr]
+    assert spec is not None
+    return spec.links_per_gpu * spec.link_bandwidth_gbps / 2
+
+
+def test_link_table_comes_from_the_catalog() -> None:
+    table = model.link_table()
+    for product in catalog.products().values():
+        if product.nvlink:
+            assert table[product.nvlink.generation] == product.nvlink.link_bandwidth_gbps
+
+
+def test_without_a_domain_nvlink_stays_inside_each_node() -> None:
+    topology = _mini()
+    views = model.topology_views(topology)
+    values, paths = model.matrix(views, topology.network.gbps_per_gpu)
+    for i, a in enumerate(views):
+        for j, b in enumerate(views):
+            if i == j:
+                assert (values[i][j], paths[i][j]) == (None, Path.SELF)
+            elif a.node == b.node:
+                assert (values[i][j], paths[i][j]) == (_gb200_nvlink(), Path.NVLINK_LOCAL)
+            else:
+                assert (values[i][j], paths[i][j]) == (topology.network.gbps_per_gpu / 8,
+                                                       Path.NETWORK)
+
+
+def test_with_a_domain_every_pair_gets_nvlink() -> None:
+    topology = _mini()
+    views = model.topology_views(topology, compute_domain="d1")
+    values, paths = model.matrix(views, topology.network.gbps_per_gpu)
+    off = [(values[i][j], paths[i][j]) for i in range(16) for j in range(16) if i != j]
+    assert len(off) == 16 * 15
+    assert {v for v, _ in off} == {_gb200_nvlink()}
+    assert {p for _, p in off} == {Path.NVLINK_LOCAL, Path.NVLINK_FABRIC}
+
+
+def test_other_domains_channels_or_cliques_fall_back_to_the_network() -> None:
+    topology = _mini()
+    views = model.topology_views(topology, compute_domain="d1")
+    a, b = views[0], views[4]  # two nodes
+    table = model.link_table()
+    net = topology.network.gbps_per_gpu
+    assert model.pair(a, b, table, net)[1] is Path.NVLINK_FABRIC
+    for other in (dataclasses.replace(b, compute_domain="d2"),
+                  dataclasses.replace(b, has_channel=False),
+                  dataclasses.replace(b, clique=(b.clique or "") + "0"),
+                  dataclasses.replace(b, fabric_completed=False)):
+        assert model.pair(a, other, table, net) == (net / 8, Path.NETWORK)
+
+
+def test_a_degraded_gpu_keeps_part_of_its_nvlink() -> None:
+    topology = _mini()
+    views = model.topology_views(topology, compute_domain="d1", degraded=[("gb200-1", 2)])
+    values, _ = model.matrix(views, topology.network.gbps_per_gpu)
+    sick = 4 + 2
+    for j in range(16):
+        if j != sick:
+            assert values[sick][j] == values[j][sick] == _gb200_nvlink() * model.DEGRADED_SHARE
+    assert values[0][1] == _gb200_nvlink()
+
+
+def test_links_down_lower_the_figure() -> None:
+    topology = _mini()
+    gpu = topology.nodes[0].gpus[0]
+    view = model.view_of(gpu, "gb200-0", links_down=[0, 1, 2])
+    spec = gpu.product.nvlink
+    assert spec is not None
+    assert model.nvlink_speed(view, model.link_table()) == (
+        (spec.links_per_gpu - 3) * spec.link_bandwidth_gbps / 2)
+
+
+@pytest.mark.parametrize("gbps", [100, 800.0, 1600])
+def test_the_network_figure_is_the_topology_field(gbps: float) -> None:
+    text = (f"name: t\nnetwork: {{gbps_per_gpu: {gbps}}}\n"
+            "fabrics: [{name: f}]\n"
+            "nodes: [{name: 'n{0..1}', gpus: {product: GB200, count: 4}, "
+            "nvlink: {mode: fabric, fabric: f}}]\n")
+    topology = parse_topology(text, "t.yaml")
+    assert topology.network.gbps_per_gpu == gbps
+    values, paths = model.matrix(model.topology_views(topology), topology.network.gbps_per_gpu)
+    assert values[0][4] == gbps / 8 and paths[0][4] is Path.NETWORK
+
+
+def test_the_network_defaults_to_400_gbps_per_gpu() -> None:
+    # REFERENCE.md section 5: InfiniBand/Ethernet of the order of 400 Gb/s per GPU.
+    assert _mini().network.gbps_per_gpu == 400
+
+
+def test_an_h100_node_is_nv18_inside() -> None:
+    topology = load_topology(repo_fixtures_dir() / "dgx-h100.yaml")
+    node = topology.nodes[0]
+    views = [model.view_of(g, node.name) for g in node.gpus]
+    values, paths = model.matrix(views, topology.network.gbps_per_gpu)
+    spec = node.gpus[0].product.nvlink
+    assert spec is not None
+    assert values[0][7] == spec.links_per_gpu * spec.link_bandwidth_gbps / 2
+    assert paths[0][7] is Path.NVLINK_LOCAL

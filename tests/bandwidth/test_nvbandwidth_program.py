@@ -1,0 +1,165 @@
+"""The nvbandwidth program on the real fake NVML library: four ranks on this host, one per
+node of gb200-mini (each with its node's state file), rendezvous over TCP on localhost. Its
+matrix must equal the rules applied to the topology (fakegpu/bandwidth/model.py), its GPUs
+what pynvml reads from the same state files."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakegpu.bandwidth import model, program, results
+from fakegpu.nvml import faults
+from fakegpu.nvml.env import ensure_state
+from fakegpu.paths import repo_fixtures_dir
+from fakegpu.testkit.gpus import nvml_env
+from fakegpu.topology.load import load_topology
+from fakegpu.topology.model import Topology
+
+pytestmark = pytest.mark.integration
+
+_PYNVML = r"""
+import json, pynvml
+pynvml.nvmlInit()
+out = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    info = pynvml.c_nvmlGpuFabricInfoV_t()
+    pynvml.nvmlDeviceGetGpuFabricInfoV(h, pynvml.byref(info))
+    uuid = bytes(info.clusterUuid).hex()
+    uuid = "-".join([uuid[:8], uuid[8:12], uuid[12:16], uuid[16:20], uuid[20:]])
+    up = 0
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            up += pynvml.nvmlDeviceGetNvLinkState(h, link) == pynvml.NVML_FEATURE_ENABLED
+        except pynvml.NVMLError:
+            pass
+    out.append({"uuid": pynvml.nvmlDeviceGetUUID(h), "clique": f"{uuid}.{info.cliqueId}",
+                "links_up": up})
+print(json.dumps(out))
+"""
+
+
+def _mini() -> Topology:
+    return load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _states(topology: Topology, tmp_path: Path) -> list[Path]:
+    return [ensure_state(topology, n.name, tmp_path / f"{n.name}.state") for n in topology.nodes]
+
+
+def _job(topology: Topology, states: Sequence[Path], extra_env: dict[str, str] | None = None,
+         args: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """Run one rank per node at once; the merged document and each rank's stderr."""
+    port = _free_port()
+    peers = ",".join([f"127.0.0.1:{port}"] * len(states))
+    procs = [subprocess.Popen(
+        [str(program.path()), "--rank", str(r), "--peers", peers, "--port", str(port),
+         "--node", node.name, "--timeout", "20", *args],
+        env={**nvml_env(state), **(extra_env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r, (node, state) in enumerate(zip(topology.nodes, states, strict=True))]
+    outs, errs = [], []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        outs.append(json.loads(out))
+        errs.append(err)
+    return results.merge(outs), errs
+
+
+def _expected(views: list[model.GpuView], network_gbps: float) -> tuple[list[Any], list[Any]]:
+    values, paths = model.matrix(views, network_gbps)
+    return values, [[p.value for p in row] for row in paths]
+
+
+def test_without_a_domain_the_matrix_follows_the_topology(tmp_path: Path) -> None:
+    topology = _mini()
+    doc, errs = _job(topology, _states(topology, tmp_path))
+    values, paths = _expected(model.topology_views(topology), topology.network.gbps_per_gpu)
+    assert doc["bandwidth"] == values and doc["paths"] == paths
+    assert {p for row in paths for p in row} == {"self", "nvlink-local", "network"}
+    # It says that it is a simulation, in its output and on stderr.
+    assert doc["simulation"] is True and "simulated" in doc["note"]
+    assert all("SIMULATION" in e for e in errs)
+
+
+def test_gpus_are_what_pynvml_reads(tmp_path: Path) -> None:
+    topology = _mini()
+    states = _states(topology, tmp_path)
+    doc, _ = _job(topology, states)
+    seen = []
+    for state in states:
+        out = subprocess.run([sys.executable, "-c", _PYNVML], env=nvml_env(state),
+                             capture_output=True, text=True, timeout=60, check=True)
+        seen += json.loads(out.stdout)
+    assert [{k: g[k] for k in ("uuid", "clique", "links_up")} for g in doc["gpus"]] == seen
+    assert [g["node"] for g in doc["gpus"]] == [n.name for n in topology.nodes for _ in n.gpus]
+
+
+def test_one_domain_with_channels_gives_nvlink_everywhere(tmp_path: Path) -> None:
+    topology = _mini()
+    channels = tmp_path / "channels"
+    channels.mkdir()
+    (channels / "channel0").touch()
+    env = {"FAKEGPU_COMPUTE_DOMAIN": "5a0c1a7e-0000-4000-8000-000000000001",
+           "FAKEGPU_IMEX_CHANNEL": "0", "FAKEGPU_IMEX_CHANNEL_DIR": str(channels)}
+    doc, _ = _job(topology, _states(topology, tmp_path), env)
+    values, paths = _expected(model.topology_views(topology, compute_domain="d"),
+                              topology.network.gbps_per_gpu)
+    assert doc["bandwidth"] == values and doc["paths"] == paths
+    assert {p for row in paths for p in row} == {"self", "nvlink-local", "nvlink-fabric"}
+    # The same variables without the channel's device node: no multi-node NVLink.
+    (channels / "channel0").unlink()
+    doc, _ = _job(topology, _states(topology, tmp_path), env)
+    assert doc["bandwidth"] == _expected(model.topology_views(topology),
+                                         topology.network.gbps_per_gpu)[0]
+
+
+def test_faults_show_in_the_matrix(tmp_path: Path) -> None:
+    topology = _mini()
+    states = _states(topology, tmp_path)
+    faults.inject(states[1], 2, "fabric-degraded")
+    faults.inject(states[3], 0, "nvlink-down", 5)
+    doc, _ = _job(topology, states, args=["--network-gbps", "800"])
+    views = model.topology_views(topology, degraded=[("gb200-1", 2)])
+    views[12] = model.view_of(topology.nodes[3].gpus[0], "gb200-3", links_down=[5])
+    values, paths = _expected(views, 800)
+    assert doc["bandwidth"] == values and doc["paths"] == paths
+    assert doc["bandwidth"][6][7] < doc["bandwidth"][4][5]  # the degraded GPU's pairs
+    assert doc["bandwidth"][0][4] == 100.0  # 800 Gb/s
+
+
+@pytest.mark.parametrize("args", [["--rank", "x"], ["--link-gbps", "five"], ["--bogus", "1"],
+                                  ["--rank", "3"], ["--network-gbps", "0"]])
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str]) -> None:
+    topology = _mini()
+    state = _states(topology, tmp_path)[0]
+    out = subprocess.run([str(program.path()), *args], env=nvml_env(state),
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("nvbandwidth: ")
+
+
+def test_it_is_static(tmp_path: Path) -> None:
+    # The busybox workload image has no C library: the program must need none.
+    out = subprocess.run(["file", str(program.path())], capture_output=True, text=True,
+                         check=False)
+    if out.returncode != 0:
+        pytest.skip("the `file` command is not installed")
+    assert "statically linked" in out.stdout
+    assert os.access(program.path(), os.X_OK)
