@@ -32,6 +32,7 @@ from fakegpu.cluster import cleanup, images, install
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
 from fakegpu.cluster.external import ExternalPlugin
+from fakegpu.cluster.external import cluster_objects as external_cluster_objects
 from fakegpu.cluster.kubeconfig import write_kubeconfig
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.node import NodeBinaries, NodeLayout
@@ -388,6 +389,11 @@ class EmbeddedProvider:
         # DeviceClasses), so the plugin has the same rights here as on kind: install.py.
         with kubeapi.session(st.kubeconfig) as api:
             kubeapi.apply(api, install.objects(_install(st, kubeapi.resource_version(api))))
+            if (ext := external_plugin(st)) is not None:
+                values = _install(st, kubeapi.resource_version(api))
+                kubeapi.apply(api, external_cluster_objects(
+                    ext, st.driver, name=values.name, namespace=values.namespace,
+                    service_account=values.service_account, resource_api=values.resource_api))
 
     def _node_files(self, st: ClusterState, lay: NodeLayout, bins: NodeBinaries,
                     certs: ControlPlaneCerts, gates: dict[str, bool]) -> None:

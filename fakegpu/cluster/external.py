@@ -103,3 +103,30 @@ def parse(binary: Path, args: Sequence[str], *, preset: str | None, driver: str 
                             driver=driver, beside=beside, env=pairs)
     plugin.argv(dict.fromkeys(PLACEHOLDERS, "x"))  # unknown placeholders fail now, not per node
     return plugin
+
+
+def cluster_objects(plugin: ExternalPlugin, cluster_driver: str, *, name: str, namespace: str,
+                    service_account: str, resource_api: str) -> list[dict[str, Any]]:
+    """What the cluster needs for a plugin whose driver name is not the cluster's: the right
+    to write status.devices of its own claims (from 1.36 checked per driver name on
+    ``resourceclaims/driver``; the chart's role names the cluster's driver only) and a
+    DeviceClass named after the driver selecting all its devices, as a vendor's chart has."""
+    driver = plugin.driver_name(cluster_driver)
+    if driver == cluster_driver:
+        return []
+    role = f"{name}-{driver}"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": role},
+         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
+                    "verbs": ["associated-node:update", "associated-node:patch"],
+                    "resourceNames": [driver]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account,
+                       "namespace": namespace}]},
+        {"apiVersion": resource_api, "kind": "DeviceClass", "metadata": {"name": driver},
+         "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}},
+    ]

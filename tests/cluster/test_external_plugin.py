@@ -84,3 +84,24 @@ def test_kind_refuses_a_host_binary(binary: Path) -> None:
     plugin = external.parse(binary, [], preset=None, driver=None, beside=False, env=[])
     with pytest.raises(InvalidInput, match="embedded provider only"):
         get_provider("kind", plugin=plugin)
+
+
+def test_a_plugin_of_another_driver_gets_its_status_right_and_device_class(binary: Path
+                                                                          ) -> None:
+    plugin = external.parse(binary, [], preset="dra-example", driver=None, beside=False, env=[])
+    objs = external.cluster_objects(plugin, "gpu.fakegpu.dev", name="fakegpu",
+                                    namespace="fakegpu-system", service_account="fakegpu",
+                                    resource_api="resource.k8s.io/v1")
+    by_kind = {o["kind"]: o for o in objs}
+    # status.devices is authorized per driver name (resourceclaims/driver) from 1.36.
+    rule = by_kind["ClusterRole"]["rules"][0]
+    assert rule["resources"] == ["resourceclaims/driver"]
+    assert rule["resourceNames"] == ["gpu.example.com"]
+    assert by_kind["ClusterRoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "fakegpu", "namespace": "fakegpu-system"}]
+    assert by_kind["DeviceClass"]["metadata"]["name"] == "gpu.example.com"
+    # The cluster's own driver has the chart's objects already.
+    nvidia = external.parse(binary, [], preset="nvidia", driver=None, beside=False, env=[])
+    assert external.cluster_objects(nvidia, "gpu.nvidia.com", name="fakegpu",
+                                    namespace="fakegpu-system", service_account="fakegpu",
+                                    resource_api="resource.k8s.io/v1") == []
