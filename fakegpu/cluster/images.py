@@ -3,7 +3,8 @@
 - the sandbox ("pause") image: ``pause.c`` compiled statically, named PAUSE_IMAGE, the name
   containerd 2.4 and Kubernetes 1.37 default to (so no node needs a pull, ever);
 - a workload image with a shell: Debian's ``busybox-static`` (one static binary, fetched
-  with ``apt-get download``) and a link per applet (sh, sleep, env, cat, ls, ...).
+  with ``apt-get download``) and a link per applet (sh, sleep, env, cat, ls, ...), plus
+  fakegpu's static ``nvbandwidth`` (``fakegpu.bandwidth.program``) at /usr/bin/nvbandwidth.
 
 Archives are cached under ``paths.cache_dir()/images``, named by a fingerprint of their
 inputs, so a changed pause.c or a new busybox makes a new archive and a warm cache costs
@@ -194,7 +195,9 @@ def busybox_applets(busybox: Path) -> list[str]:
     return applets
 
 
-def workload_archive_bytes(busybox: bytes, applets: Sequence[str], arch: str, ref: str) -> bytes:
+def workload_archive_bytes(busybox: bytes, applets: Sequence[str], arch: str, ref: str,
+                           tools: Sequence[tuple[str, bytes]] = ()) -> bytes:
+    """``tools``: (path in the image, static executable), e.g. the bandwidth program."""
     entries = [oci.file("bin/busybox", busybox, 0o755)]
     entries += [oci.symlink(f"bin/{a}", "busybox") for a in applets]
     entries += [
@@ -205,14 +208,25 @@ def workload_archive_bytes(busybox: bytes, applets: Sequence[str], arch: str, re
         oci.directory("root", 0o700),
         oci.directory("tmp", 0o1777),
     ]
+    entries += [oci.file(path.lstrip("/"), data, 0o755) for path, data in tools]
     config = oci.ImageConfig(cmd=("sh",))
     return oci.build_archive(ref, [oci.layer_tar(entries)], config, arch=arch)
+
+
+def workload_tools() -> list[tuple[str, bytes]]:
+    """Static programs the workload image carries besides busybox: fakegpu's simulated
+    nvbandwidth (issue 12's bandwidth job), built from this tree."""
+    from fakegpu.bandwidth import program
+
+    return [(program.IN_IMAGE, program.path().read_bytes())]
 
 
 def _ensure_workload(root: Path, console: Console) -> Path:
     deb = busybox_deb(root, console)
     ref = workload_ref()
-    fingerprint = _fingerprint(deb.read_bytes(), ref.encode(), host_arch().encode())
+    tools = workload_tools()
+    fingerprint = _fingerprint(deb.read_bytes(), ref.encode(), host_arch().encode(),
+                               *(path.encode() + data for path, data in tools))
     archive = root / f"workload-{fingerprint}.tar"
     if archive.is_file():
         return archive
@@ -223,7 +237,7 @@ def _ensure_workload(root: Path, console: Console) -> Path:
         exe.write_bytes(busybox)
         exe.chmod(0o755)
         applets = busybox_applets(exe)
-    atomic_write(archive, workload_archive_bytes(busybox, applets, host_arch(), ref))
+    atomic_write(archive, workload_archive_bytes(busybox, applets, host_arch(), ref, tools))
     return archive
 
 

@@ -138,6 +138,7 @@ def test_ensure_images_builds_once_and_reuses(
     _, members = check_oci(first.workload_archive.read_bytes(), first.workload_ref)
     names = {m.name for m in members}
     assert {"bin/busybox", "bin/sh", "bin/sleep", "bin/env", "bin/cat", "bin/ls"} <= names
+    assert "usr/bin/nvbandwidth" in names  # the bandwidth job's program (issue 12)
 
 
 # --- integration: the real pause program and a real containerd -------------------------------
