@@ -51,6 +51,7 @@ def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dic
     if plan.admin_access:
         claim_env.append("DRA_ADMIN_ACCESS=true")
     devices = []
+    nvml = nvmlmounts.configured()  # NVML, nvidia-smi and a view of the container's devices
     for index, alloc in enumerate(plan.devices):
         dev, prefix = alloc.device, f"FAKEGPU_DEVICE_{_env_name(alloc.device.name)}"
         devices.append({
@@ -64,6 +65,8 @@ def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dic
                 *([f"{prefix}_SHARE_ID={alloc.share_id}"] if alloc.share_id else ()),
                 *(sharing.env(prefix, alloc.sharing, index, dev.uuid)
                   if alloc.sharing is not None else ()),
+                *([nvmlmounts.device_env(_env_name(dev.name), dev.uuid)]
+                  if nvml is not None and dev.uuid else ()),
             ]},
         })
     edits: dict[str, Any] = {"env": claim_env}
@@ -74,10 +77,8 @@ def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dic
              "options": ["rw", "nosuid", "nodev", "bind"]}
             for sub, where in (("pipe", sharing.MPS_PIPE_DIRECTORY),
                                ("log", sharing.MPS_LOG_DIRECTORY))]
-    nvml = nvmlmounts.configured()  # NVML, nvidia-smi and a view of the claim's GPUs inside
     if nvml is not None:
-        edits = nvmlmounts.merge(edits, nvmlmounts.container_edits(
-            nvml, [d.device.uuid for d in plan.devices if d.device.uuid]))
+        edits = nvmlmounts.merge(edits, nvmlmounts.container_edits(nvml))
     return {"cdiVersion": CDI_VERSION, "kind": kind(driver), "containerEdits": edits,
             "devices": devices}
 

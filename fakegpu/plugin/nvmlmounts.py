@@ -2,9 +2,11 @@
 spec mounts fakegpu's NVML and ``nvidia-smi`` into the container, with a read-only view of
 exactly the claim's devices.
 
-- the node's NVML state file, read-only, at ``STATE`` (``FAKEGPU_NVML_STATE``), and
-  ``FAKEGPU_NVML_VISIBLE`` = the claim's UUIDs: NVML in the container shows only those GPUs
-  (``fakegpu/nvml/csrc/visible.c``);
+- the node's NVML state file, read-only, at ``STATE`` (``FAKEGPU_NVML_STATE``), with
+  ``FAKEGPU_NVML_VISIBLE=none`` claim-wide and ``FAKEGPU_NVML_VISIBLE_<device>=<UUID>`` in each
+  device's edits: NVML in the container shows the union of the devices it was given
+  (``fakegpu/nvml/csrc/visible.c``): a container naming one request of a claim sees that
+  request's devices, one given two claims sees both, as with NVIDIA's per-device CDI edits;
 - ``nvidia-smi`` (``fakegpu.nvidiasmi``: static, so any image runs it) at ``SMI``;
 - the fake ``libnvidia-ml.so.1`` at ``LIBRARY``, where glibc images' loaders find it, for
   pynvml and other NVML clients in the container.
@@ -29,6 +31,7 @@ STATE = "/run/fakegpu/nvml.state"
 SMI = "/usr/bin/nvidia-smi"
 LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 _RO = ["ro", "nosuid", "nodev", "bind"]
+VISIBLE_ENV = "FAKEGPU_NVML_VISIBLE"  # csrc/visible.h
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +70,20 @@ def configured() -> NvmlMounts | None:
     return from_env()
 
 
-def container_edits(mounts: NvmlMounts, uuids: list[str]) -> dict[str, Any]:
-    """The claim-wide CDI edits: the view's environment and the read-only mounts."""
+def container_edits(mounts: NvmlMounts) -> dict[str, Any]:
+    """The claim-wide CDI edits: the state, an empty view (the devices' own edits add to
+    it: ``device_env``) and the read-only mounts."""
     return {
-        "env": [f"FAKEGPU_NVML_STATE={STATE}", f"FAKEGPU_NVML_VISIBLE={','.join(uuids)}"],
+        "env": [f"FAKEGPU_NVML_STATE={STATE}", f"{VISIBLE_ENV}=none"],
         "mounts": [{"hostPath": str(host), "containerPath": inside, "options": list(_RO)}
                    for host, inside in ((mounts.state, STATE), (mounts.smi, SMI),
                                         (mounts.library, LIBRARY))],
     }
+
+
+def device_env(env_name: str, uuid: str) -> str:
+    """The device's part of the view (``env_name``: the device's name as an env suffix)."""
+    return f"{VISIBLE_ENV}_{env_name}={uuid}"
 
 
 def merge(edits: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

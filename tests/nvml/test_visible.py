@@ -131,3 +131,16 @@ def test_a_mig_device_shows_only_itself_of_its_gpus_mig_devices(tmp_path: Path) 
                            env={**os.environ, **env(state), "FAKEGPU_NVML_VISIBLE": gpu1},
                            capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(whole.stdout)["gpus"] == [[gpu1, migs1]]
+
+
+def test_per_device_variables_add_up_and_none_lists_nothing(dgx: Path) -> None:
+    # A CDI spec names each device in FAKEGPU_NVML_VISIBLE_<device> (the claim-wide variable
+    # says "none"): a container given two requests, or two claims, sees both devices; one
+    # given none of them sees no GPU, not every GPU.
+    gpus = read_node_gpus(dgx)
+    both = {"FAKEGPU_NVML_VISIBLE": "none", "FAKEGPU_NVML_VISIBLE_A": gpus[6].uuid,
+            "FAKEGPU_NVML_VISIBLE_B": gpus[1].uuid}
+    out = subprocess.run([sys.executable, "-c", _READ], env={**os.environ, **env(dgx), **both},
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert [g[0] for g in json.loads(out.stdout)["gpus"]] == [gpus[1].uuid, gpus[6].uuid]
+    assert _read(dgx, "none")["count"] == 0

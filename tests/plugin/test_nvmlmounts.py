@@ -21,9 +21,10 @@ def test_only_when_the_provider_opts_in_and_the_node_has_fake_nvml(tmp_path: Pat
 def test_the_claims_view_and_read_only_mounts() -> None:
     mounts = nvmlmounts.NvmlMounts(Path("/s/n.state"), Path("/b/nvidia-smi"),
                                    Path("/l/libnvidia-ml.so.1"))
-    edits = nvmlmounts.container_edits(mounts, ["GPU-a", "MIG-b"])
+    edits = nvmlmounts.container_edits(mounts)
+    # Claim-wide the view is empty: each device's own edits add to it.
     assert edits["env"] == [f"FAKEGPU_NVML_STATE={nvmlmounts.STATE}",
-                            "FAKEGPU_NVML_VISIBLE=GPU-a,MIG-b"]
+                            "FAKEGPU_NVML_VISIBLE=none"]
     assert [(m["hostPath"], m["containerPath"]) for m in edits["mounts"]] == [
         ("/s/n.state", nvmlmounts.STATE), ("/b/nvidia-smi", "/usr/bin/nvidia-smi"),
         ("/l/libnvidia-ml.so.1", nvmlmounts.LIBRARY)]
@@ -46,9 +47,15 @@ def test_a_claims_spec_carries_the_view_of_its_gpus(monkeypatch: pytest.MonkeyPa
     assert "mounts" not in cdi.build_spec(DRIVER, plan)["containerEdits"]  # not opted in
     mounts = nvmlmounts.NvmlMounts(tmp_path / "n.state", tmp_path / "smi", tmp_path / "lib")
     monkeypatch.setattr(nvmlmounts, "configured", lambda: mounts)
-    edits = cdi.build_spec(DRIVER, plan)["containerEdits"]
+    spec = cdi.build_spec(DRIVER, plan)
+    edits = spec["containerEdits"]
     uuids = f"{devices['gpu-1'].uuid},{devices['gpu-3'].uuid}"
-    assert f"FAKEGPU_NVML_VISIBLE={uuids}" in edits["env"]
+    assert "FAKEGPU_NVML_VISIBLE=none" in edits["env"]
     assert f"NVIDIA_VISIBLE_DEVICES={uuids}" in edits["env"]
+    # Each device adds itself, so a container given one request of the claim sees only it.
+    per_device = [[e for e in d["containerEdits"]["env"] if e.startswith("FAKEGPU_NVML_VIS")]
+                  for d in spec["devices"]]
+    assert per_device == [[f"FAKEGPU_NVML_VISIBLE_GPU_1={devices['gpu-1'].uuid}"],
+                          [f"FAKEGPU_NVML_VISIBLE_GPU_3={devices['gpu-3'].uuid}"]]
     assert [m["containerPath"] for m in edits["mounts"]] == [
         nvmlmounts.STATE, nvmlmounts.SMI, nvmlmounts.LIBRARY]

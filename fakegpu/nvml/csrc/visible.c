@@ -53,15 +53,42 @@ static int gpu_listed(const char *list, uint32_t gpu)
     return any;
 }
 
+extern char **environ;
+
+/* FAKEGPU_NVML_VISIBLE and every FAKEGPU_NVML_VISIBLE_<suffix>, joined by commas (NULL when
+ * none has a value): a CDI spec names each device in a variable of its own, so a container
+ * given some of a claim's requests, or several claims, sees the union of what it was given. */
+static char *joined_list(void)
+{
+    size_t prefix = strlen(FG_VISIBLE_ENV), len = 0;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, FG_VISIBLE_ENV, prefix) == 0 && ((*e)[prefix] == '=' ||
+                                                         (*e)[prefix] == '_'))
+            len += strlen(*e) + 1;
+    if (len == 0) return NULL;
+    char *out = calloc(1, len + 1);
+    if (out == NULL) return NULL;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, FG_VISIBLE_ENV, prefix) != 0) continue;
+        if ((*e)[prefix] != '=' && (*e)[prefix] != '_') continue;
+        const char *value = strchr(*e, '=');
+        if (value == NULL || value[1] == '\0') continue;
+        if (*out) strcat(out, ",");
+        strcat(out, value + 1);
+    }
+    return out;
+}
+
 void fg_view_open(void)
 {
-    const char *list = getenv(FG_VISIBLE_ENV);
-    all = list == NULL || *list == '\0' || strcmp(list, "all") == 0;
+    char *list = joined_list();
+    all = list == NULL || *list == '\0' || listed(list, "all");
     n_shown = 0;
     n_migs = 0;
-    if (all) return;
-    for (uint32_t gpu = 0; gpu < fg_gpu_count && n_shown < FGS_MAX_GPUS; gpu++)
-        if (gpu_listed(list, gpu)) shown[n_shown++] = gpu;
+    if (!all)
+        for (uint32_t gpu = 0; gpu < fg_gpu_count && n_shown < FGS_MAX_GPUS; gpu++)
+            if (gpu_listed(list, gpu)) shown[n_shown++] = gpu;
+    free(list);
 }
 
 uint32_t fg_view_count(void) { return all ? fg_gpu_count : n_shown; }

@@ -3,7 +3,9 @@
  * a GPU is shown when its UUID or one of its MIG devices' UUIDs is listed, renumbered from 0
  * in the node's order; of its MIG devices only the listed ones (all when the GPU's own UUID is
  * listed), as NVIDIA's container runtime gives a container only its MIG devices' capabilities.
- * Unset (or "all"): every GPU, as before. */
+ * FAKEGPU_NVML_VISIBLE_<anything> variables add to the list (a CDI spec sets one per device,
+ * so a container sees the union of the devices it was given; "none" lists nothing). Unset,
+ * empty (or "all"): every GPU, as before. */
 #ifndef FAKEGPU_VISIBLE_H
 #define FAKEGPU_VISIBLE_H
 
