@@ -40,8 +40,12 @@ def render(helm: Path, minor: int, *args: str, api: str = "v1") -> list[dict[str
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
+def by_kind(docs: list[dict[str, Any]], kind: str, *, compute_domain: bool = False
+            ) -> list[dict[str, Any]]:
+    """The objects of ``kind``: the GPU plugin's, or with ``compute_domain`` the ComputeDomain
+    pieces' (named ``*compute-domain*``, files/computedomain.yaml and its templates)."""
+    return [d for d in docs if d["kind"] == kind
+            and ("compute-domain" in d["metadata"]["name"]) == compute_domain]
 
 
 @pytest.mark.parametrize("minor", MINORS)
@@ -58,8 +62,10 @@ def test_daemonset_upgrades_seamlessly_and_mounts_what_the_kubelet_shares(
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     vols = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
     host = {v["hostPath"]["path"] for v in vols.values() if "hostPath" in v}
+    # The node's NVML state too: faults and MIG instances outlive a plugin pod (upgrades).
     assert host == {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
-                    "/var/run/cdi"}
+                    "/var/run/cdi", "/var/lib/fakegpu/nvml"}
+    assert "--keep-slices-on-exit" in c["args"]
     sc = c["securityContext"]
     assert sc["capabilities"]["drop"] == ["ALL"] and sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True and "privileged" not in sc
@@ -67,6 +73,17 @@ def test_daemonset_upgrades_seamlessly_and_mounts_what_the_kubelet_shares(
     # Ready means "serving its sockets", so a surge never removes the old pod too early.
     probe = c["readinessProbe"]["exec"]["command"]
     assert "fakegpu.node.readiness" in probe and "--driver-name=gpu.fakegpu.dev" in probe
+
+
+def test_sequential_upgrades_and_extra_env(helm: Path) -> None:
+    (ds,) = by_kind(render(helm, 37, "--set", "upgradeStrategy=sequential", "--set",
+                           "keepSlicesOnExit=false", "--set-json",
+                           'extraEnv=[{"name":"X","value":"1"}]'), "DaemonSet")
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0,
+                                                            "maxUnavailable": 1}
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "--keep-slices-on-exit" not in c["args"]
+    assert {"name": "X", "value": "1"} in c["env"]
 
 
 def test_rbac_is_least_privilege(helm: Path) -> None:
@@ -124,7 +141,8 @@ def _as_kind_installs_it(helm: Path, minor: int, driver: str) -> list[dict[str, 
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     return sorted((_without_labels(d) for d in yaml.safe_load_all(out.stdout)
-                   if d and d["kind"] not in ("DaemonSet", "ConfigMap")), key=_key)
+                   if d and d["kind"] not in ("DaemonSet", "ConfigMap", "Deployment")),
+                  key=_key)
 
 
 def _embedded_installs(driver: str) -> list[dict[str, Any]]:
@@ -143,8 +161,25 @@ def test_both_providers_install_the_same_objects(helm: Path, minor: int, driver:
     chart = _as_kind_installs_it(helm, minor, driver)
     assert {o["kind"] for o in chart} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding", "DeviceClass"}
+        "ValidatingAdmissionPolicyBinding", "DeviceClass", "CustomResourceDefinition"}
     assert _embedded_installs(driver) == chart
+
+
+def test_compute_domain_pieces_run_the_computedomain_commands(helm: Path) -> None:
+    docs = render(helm, 37, "--set", "nvidiaCompatible=true")
+    (plugin,) = by_kind(docs, "DaemonSet", compute_domain=True)
+    (c,) = plugin["spec"]["template"]["spec"]["containers"]
+    assert "fakegpu.computedomain.entrypoint" in c["command"] and "--domain=nvidia.com" in c["args"]
+    (ctl,) = by_kind(docs, "Deployment", compute_domain=True)
+    spec = ctl["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "fg-fakegpu-compute-domain-controller"
+    assert spec["containers"][0]["command"][1:] == ["computedomain", "controller"]
+    # The GPU plugin's DaemonSet must not select the compute-domain plugin's pods.
+    (gpu,) = by_kind(docs, "DaemonSet")
+    wanted = gpu["spec"]["selector"]["matchLabels"].items()
+    assert not wanted <= plugin["spec"]["template"]["metadata"]["labels"].items()
+    (crd,) = by_kind(docs, "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "computedomains.resource.nvidia.com"
 
 
 def test_embedded_rbac_is_the_charts(helm: Path) -> None:
@@ -153,9 +188,10 @@ def test_embedded_rbac_is_the_charts(helm: Path) -> None:
     chart = {_key(o): o for o in _as_kind_installs_it(helm, 37, "gpu.fakegpu.dev")}
     embedded = {_key(o): o for o in _embedded_installs("gpu.fakegpu.dev")}
     for kind in ("ClusterRole", "ClusterRoleBinding", "ServiceAccount"):
-        (key,) = [k for k in chart if k[0] == kind]
+        (key,) = [k for k in chart if k[0] == kind and "compute-domain" not in k[1]]
         assert embedded[key] == chart[key]
-    (role,) = [o for k, o in embedded.items() if k[0] == "ClusterRole"]
+    (role,) = [o for k, o in embedded.items()
+               if k[0] == "ClusterRole" and "compute-domain" not in k[1]]
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"])
 
 
