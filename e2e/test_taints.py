@@ -25,6 +25,7 @@ from fakegpu.testkit.dra import (
     cel_match,
     pod_claim_name,
     pod_manifest,
+    run_gpu_pod,
     slice_device,
     toleration,
 )
@@ -33,8 +34,6 @@ from fakegpu.testkit.wait import NotYet, wait_for
 pytestmark = pytest.mark.e2e
 
 SLEEP = ["sleep", "3600"]
-# The scheduler's DRA plugin's reason when no device can be allocated (as in basic allocation).
-CANNOT_ALLOCATE = "cannot allocate all claims"
 MAINTENANCE = "fakegpu.dev/e2e-maintenance"
 
 
@@ -81,18 +80,6 @@ def wait_claim_gone(resource_api: ResourceApi, namespace: str, name: str) -> Non
     wait_for(gone, what=f"claim {namespace}/{name} to be deleted", timeout=120)
 
 
-def wait_unschedulable(core: kclient.CoreV1Api, namespace: str, name: str) -> Any:
-    def refused() -> Any:
-        pod: Any = k8s.read_pod(core, namespace, name)
-        cond = k8s.pod_condition(pod, "PodScheduled")
-        if cond is None or cond.status != "False" or CANNOT_ALLOCATE not in (cond.message or ""):
-            raise NotYet(f"PodScheduled: {cond}")
-        return pod
-
-    return wait_for(refused, what=f"the scheduler to refuse pod {namespace}/{name}",
-                    timeout=120)
-
-
 def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -102,11 +89,7 @@ def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
 ) -> None:
     driver = fakegpu_cluster.driver_name
     image = fakegpu_cluster.workload_image
-    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
-        "one", [resource_api.device_request("gpu", driver)]), namespace)
-    k8s.create_pod(core_v1, namespace, pod_manifest(
-        "holder", image, SLEEP, [PodClaim("gpu", template="one")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "holder")
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "holder", image, driver)
     node = pod.spec.node_name
     held = pod_claim_name(pod, "gpu")
     [result] = allocation_results(resource_api.claim(namespace, held), driver)
@@ -135,7 +118,7 @@ def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
         "plain", [resource_api.device_request("gpu", driver, cel=[that_gpu])]), namespace)
     k8s.create_pod(core_v1, namespace, pod_manifest(
         "plain", image, SLEEP, [PodClaim("gpu", claim="plain")]))
-    wait_unschedulable(core_v1, namespace, "plain")
+    k8s.wait_unschedulable(core_v1, namespace, "plain")
     assert not (resource_api.claim(namespace, "plain").get("status") or {}).get("allocation")
 
     # ... a claim that tolerates the taint gets it.

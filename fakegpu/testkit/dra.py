@@ -19,7 +19,7 @@ from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 
-from .k8s import _TRANSIENT, is_transient_api_error
+from .k8s import _TRANSIENT, create_pod, is_transient_api_error, wait_pod_running
 from .wait import NotYet, wait_for
 
 
@@ -264,6 +264,24 @@ def pod_manifest(name: str, image: str, command: Sequence[str], claims: Sequence
             }],
         },
     }
+
+
+IDLE = ("sleep", "3600")
+
+
+def run_gpu_pod(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, pod: str,
+                image: str, device_class: str, *, count: int = 1, cel: Sequence[str] = (),
+                template: str = "one", claim: str = "gpu",
+                command: Sequence[str] = IDLE) -> Any:
+    """The suites' usual start: a ResourceClaimTemplate ``template`` with one request
+    ``claim`` for ``count`` devices of ``device_class`` (narrowed by ``cel``), and pod ``pod``
+    using it as pod claim ``claim``, running ``command``. Waits until the pod runs; returns it
+    (``pod_claim_name(pod, claim)`` names the claim made for it)."""
+    request = api.device_request(claim, device_class, count=count, cel=cel)
+    api.create("resourceclaimtemplates", api.claim_template(template, [request]), namespace)
+    create_pod(core, namespace, pod_manifest(pod, image, command,
+                                             [PodClaim(claim, template=template)]))
+    return wait_pod_running(core, namespace, pod)
 
 
 def pod_claim_name(pod: Any, pod_claim: str) -> str:

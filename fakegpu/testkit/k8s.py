@@ -21,6 +21,7 @@ from kubernetes.stream import stream
 
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP, newest_served
 
 from .wait import NotYet, wait_for
 
@@ -67,15 +68,28 @@ def create_namespace(
 
 
 def delete_namespace(core: kclient.CoreV1Api, name: str, *, timeout: float = 180.0) -> None:
-    """Delete a namespace and wait until it is gone (pods terminated, claims unprepared)."""
+    """Delete a namespace and wait until nothing in it holds a device any more: its pods gone
+    (terminated, their claims unprepared) and its ResourceClaims gone (deallocated).
+
+    The namespace object itself is left to the namespace controller: it goes once the
+    controller's next discovery round finds it empty, which frees nothing a later test needs
+    and cost 2-5 s a test (measured on the 2-core CI VM, 2026-11-30)."""
     try:
-        core.delete_namespace(name, propagation_policy="Foreground")
+        # Pods first, directly: the namespace controller deletes them only after a discovery
+        # round over every resource type (pods gone after 8.8 s that way, 4.4 s like this).
+        core.delete_collection_namespaced_pod(name)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    try:
+        core.delete_namespace(name)
     except ApiException as err:
         if err.status == 404:
             return
         raise
+    claims = _ResourceClaims(core.api_client)
 
-    def gone() -> None:
+    def released() -> None:
         try:
             ns: Any = core.read_namespace(name)
         except ApiException as err:
@@ -83,11 +97,33 @@ def delete_namespace(core: kclient.CoreV1Api, name: str, *, timeout: float = 180
                 return
             raise
         pods: list[Any] = core.list_namespaced_pod(name).items
-        raise NotYet(f"namespace {name} phase {ns.status.phase}, {len(pods)} pod(s) left: "
-                     + ", ".join(f"{p.metadata.name}={p.status.phase}" for p in pods))
+        left = claims.names(name)
+        if pods or left:
+            raise NotYet(f"namespace {name} phase {ns.status.phase}, {len(pods)} pod(s) left: "
+                         + ", ".join(f"{p.metadata.name}={p.status.phase}" for p in pods)
+                         + f"; claims left: {left}")
 
-    wait_for(gone, what=f"namespace {name} to be deleted", timeout=timeout, interval=2.0,
-             transient=_TRANSIENT, is_transient=is_transient_api_error)
+    wait_for(released, what=f"namespace {name} to release its devices", timeout=timeout,
+             interval=0.5, transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+class _ResourceClaims:
+    """The names of a namespace's ResourceClaims, at the resource.k8s.io version served
+    (looked up on first use: an apiserver without the group has no claims to wait for)."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+        self._version: str | None = None
+
+    def names(self, namespace: str) -> list[str]:
+        if self._version is None:
+            versions = kubeapi.served_versions(self._api, GROUP)
+            if not versions:
+                return []
+            self._version = newest_served(versions)
+        listed: Any = kclient.CustomObjectsApi(self._api).list_namespaced_custom_object(
+            GROUP, self._version, namespace, "resourceclaims")
+        return [str(c["metadata"]["name"]) for c in listed.get("items") or ()]
 
 
 # --- pods ---------------------------------------------------------------------------------------
@@ -160,6 +196,35 @@ def wait_pod_condition(
         raise NotYet(_pod_state(pod))
 
     return wait_for(has, what=f"pod {namespace}/{name} condition {ctype}={status}",
+                    timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+
+
+# The DRA scheduler plugin's reason when no node can satisfy a pod's claims (stable since 1.26;
+# the suites check it against the message of the release under test).
+CANNOT_ALLOCATE = "cannot allocate all claims"
+
+
+def claims_refused(pod: Any) -> bool:
+    """Whether the scheduler has tried to allocate the pod's claims and could not:
+    ``PodScheduled=False`` with the DRA plugin's CANNOT_ALLOCATE in its message. Before that it
+    waits for the claim controller to create the pod's claims (another message): no verdict."""
+    cond = pod_condition(pod, "PodScheduled")
+    return cond is not None and cond.status == "False" and CANNOT_ALLOCATE in (
+        cond.message or "")
+
+
+def wait_unschedulable(core: kclient.CoreV1Api, namespace: str, name: str, *,
+                       what: str | None = None, timeout: float = 120.0) -> Any:
+    """Wait until the scheduler refuses the pod for its claims (:func:`claims_refused`);
+    return the pod. ``what`` says what the refusal means, for the timeout message."""
+
+    def refused() -> Any:
+        pod = read_pod(core, namespace, name)
+        if not claims_refused(pod):
+            raise NotYet(f"PodScheduled: {pod_condition(pod, 'PodScheduled')}")
+        return pod
+
+    return wait_for(refused, what=what or f"the scheduler to refuse pod {namespace}/{name}",
                     timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
 
 
@@ -281,6 +346,33 @@ def exec_in_pod(
         raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} exited "
                          f"{result.returncode}: {result.stderr.strip() or result.stdout.strip()}")
     return result
+
+
+ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
+# A pod command: print the environment once, then idle; the marker tells the log reader (and
+# logged_env) that `env` has finished.
+PRINT_ENV_AND_WAIT = ("sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600")
+
+
+def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str, *,
+               timeout: float = 60.0) -> dict[str, str]:
+    """The environment a pod running PRINT_ENV_AND_WAIT printed at start (waits until the
+    print is complete)."""
+
+    def complete() -> str:
+        text = pod_log(core, namespace, pod)
+        if ENV_DONE not in text:
+            raise NotYet(f"log so far: {text[-300:]!r}")
+        return text
+
+    return parse_env(wait_for(complete, what=f"pod {namespace}/{pod} to print its env",
+                              timeout=timeout, transient=_TRANSIENT,
+                              is_transient=is_transient_api_error))
+
+
+def exec_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
+    """The environment of a running pod's (first) container, from `env` run in it."""
+    return parse_env(exec_in_pod(core, namespace, pod, ["env"]).stdout)
 
 
 def parse_env(text: str) -> dict[str, str]:
