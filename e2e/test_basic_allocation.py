@@ -35,13 +35,6 @@ from fakegpu.topology.model import Topology
 
 pytestmark = pytest.mark.e2e
 
-ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
-# Print the environment once, then idle; the marker tells the log reader `env` has finished.
-PRINT_ENV_AND_WAIT = ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"]
-# The DRA scheduler plugin's reason when no node can satisfy a pod's claims (stable since 1.26,
-# checked against the message of the release under test).
-SCHEDULER_CANNOT_ALLOCATE = "cannot allocate all claims"
-
 
 @pytest.fixture(scope="module")
 def device_class(fakegpu_cluster: ClusterInfo, resource_api: ResourceApi) -> str:
@@ -81,23 +74,6 @@ def uuids(devices: Sequence[dict[str, Any]]) -> list[str]:
     return [str(attribute_value(d, "uuid")) for d in devices]
 
 
-def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
-    """The environment the pod printed at start (waits until the print is complete)."""
-
-    def complete() -> str:
-        text = k8s.pod_log(core, namespace, pod)
-        if ENV_DONE not in text:
-            raise NotYet(f"log so far: {text[-300:]!r}")
-        return text
-
-    return k8s.parse_env(wait_for(complete, what=f"pod {namespace}/{pod} to print its env",
-                                  timeout=60))
-
-
-def exec_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
-    return k8s.parse_env(k8s.exec_in_pod(core, namespace, pod, ["env"]).stdout)
-
-
 def visible_gpus(env: dict[str, str]) -> list[str]:
     assert "NVIDIA_VISIBLE_DEVICES" in env, f"no NVIDIA_VISIBLE_DEVICES in the pod's env: {env}"
     return [u for u in env["NVIDIA_VISIBLE_DEVICES"].split(",") if u]
@@ -107,7 +83,7 @@ def create_pods(core: kclient.CoreV1Api, namespace: str, image: str,
                 specs: Sequence[tuple[str, PodClaim]]) -> None:
     for name, claim in specs:
         core.create_namespaced_pod(
-            namespace, pod_manifest(name, image, PRINT_ENV_AND_WAIT, [claim]))  # type: ignore[arg-type]
+            namespace, pod_manifest(name, image, k8s.PRINT_ENV_AND_WAIT, [claim]))  # type: ignore[arg-type]
 
 
 def test_product_selector_claim_runs_with_the_gpu_its_slice_publishes(
@@ -128,7 +104,7 @@ def test_product_selector_claim_runs_with_the_gpu_its_slice_publishes(
                 [("gpu-pod", PodClaim("gpu", template="one-gpu"))])
 
     pod: Any = k8s.wait_pod_running(core_v1, namespace, "gpu-pod")
-    visible = visible_gpus(logged_env(core_v1, namespace, "gpu-pod"))
+    visible = visible_gpus(k8s.logged_env(core_v1, namespace, "gpu-pod"))
     assert len(visible) == 1, f"one GPU claimed, pod sees {visible}"
 
     # What the pod sees is the device the claim got, as the ResourceSlice publishes it.
@@ -156,7 +132,7 @@ def test_pods_sharing_a_claim_see_the_same_gpu_on_the_same_node(
     pods: list[Any] = [k8s.wait_pod_running(core_v1, namespace, n) for n in ("first", "second")]
     nodes = {p.spec.node_name for p in pods}
     assert len(nodes) == 1, f"pods sharing one claim landed on different nodes: {nodes}"
-    seen = [visible_gpus(exec_env(core_v1, namespace, p.metadata.name)) for p in pods]
+    seen = [visible_gpus(k8s.exec_env(core_v1, namespace, p.metadata.name)) for p in pods]
     assert seen[0] == seen[1], f"pods sharing one claim see different GPUs: {seen}"
     assert len(seen[0]) == 1
     claim = resource_api.claim(namespace, "shared")
@@ -183,17 +159,8 @@ def test_claim_for_more_gpus_than_any_node_has_stays_pending(
     create_pods(core_v1, namespace, fakegpu_cluster.workload_image,
                 [("greedy", PodClaim("gpus", template="too-many"))])
 
-    def refused() -> Any:
-        # The scheduler first waits for the claim controller to create the pod's claim (a
-        # different message); the verdict that matters comes once it has tried to allocate.
-        pod: Any = k8s.read_pod(core_v1, namespace, "greedy")
-        cond = k8s.pod_condition(pod, "PodScheduled")
-        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
-                cond.message or ""):
-            raise NotYet(f"PodScheduled: {cond}")
-        return pod
-
-    pod: Any = wait_for(refused, what=f"the scheduler to refuse {wanted} GPUs", timeout=120)
+    pod: Any = k8s.wait_unschedulable(core_v1, namespace, "greedy",
+                                      what=f"the scheduler to refuse {wanted} GPUs")
     cond = k8s.pod_condition(pod, "PodScheduled")
     assert cond is not None and cond.reason == "Unschedulable", cond
     assert pod.status.phase == "Pending"
@@ -232,7 +199,7 @@ def test_deleting_pods_unprepares_and_frees_their_devices(
         reserved = [r.get("name") for r in claim["status"].get("reservedFor") or []]
         assert reserved == [name], f"claim of running pod {name} is reserved for {reserved}"
         (uuid,) = uuids(allocated_gpus(resource_api, driver, claim))
-        assert visible_gpus(exec_env(core_v1, namespace, name)) == [uuid]
+        assert visible_gpus(k8s.exec_env(core_v1, namespace, name)) == [uuid]
         held[name] = (claim["metadata"]["name"], pod.spec.node_name, uuid)
 
     for name in held:
@@ -265,4 +232,4 @@ def test_deleting_pods_unprepares_and_frees_their_devices(
                     [(again, PodClaim("gpu", template=again))])
         pod = k8s.wait_pod_running(core_v1, namespace, again)
         assert pod.spec.node_name == node
-        assert visible_gpus(logged_env(core_v1, namespace, again)) == [uuid]
+        assert visible_gpus(k8s.logged_env(core_v1, namespace, again)) == [uuid]
