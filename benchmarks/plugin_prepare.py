@@ -417,11 +417,10 @@ def main() -> None:
                   f"rounds {args.rounds}", flush=True)
             results = measure(sock, uids, args.rounds, lambda line: print(line, flush=True),
                               concurrency)
-        if args.json:
-            args.json.write_text(json.dumps({"external": args.external,
-                                             "apiserver": args.apiserver,
-                                             "rounds": args.rounds, "results": results},
-                                            indent=1))
+        _write(args.json, {"benchmark": "plugin_prepare", "machine": machine(),
+                           "load_average": load_average(), "external": args.external,
+                           "apiserver": args.apiserver, "rounds": args.rounds,
+                           "results": results})
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
