@@ -7,7 +7,8 @@ time of that pytest run; a test case's time includes its setup and teardown, so 
 test of a run carries the cluster's bring-up. Cases are grouped by what they exercise: the
 suites on the session cluster (e2e.*, fakegpu.conformance.*; in the kind report, run with
 -m e2e, every case) and the rest (unit and integration tests, tests/cluster's own
-bring-ups).
+bring-ups); what remains of the wall time is outside any case (collection, and the session
+clusters' bring-ups, which the pytest plugin keeps out of the tests' time).
 
 Usage: .venv/bin/python benchmarks/e2e_times.py [REPORT.xml ... | --dir DIR] [--json FILE]
        (default: reports/junit*.xml)
@@ -50,6 +51,7 @@ class Report:
     cluster_tests: int
     cluster_s: float  # summed time of the cluster suites' cases (with their fixtures)
     other_s: float  # summed time of every other case
+    outside_s: float  # the run's wall time outside any case: collection, cluster bring-ups
     modules: dict[str, float] = field(default_factory=dict)  # cluster suite module -> seconds
 
 
@@ -72,7 +74,7 @@ def parse(path: Path, provider: str | None = None) -> Report:
     report = Report(file=path.name, provider=provider or PROVIDERS.get(path.name, path.stem),
                     started=suites[0].attrib.get("timestamp", ""), wall_s=0.0, tests=0,
                     failures=0, errors=0, skipped=0, cluster_tests=0, cluster_s=0.0,
-                    other_s=0.0)
+                    other_s=0.0, outside_s=0.0)
     for suite in suites:
         where = f"{path}: <testsuite name={suite.attrib.get('name', '?')!r}>"
         report.wall_s += _float(suite, "time", where)
@@ -91,6 +93,7 @@ def parse(path: Path, provider: str | None = None) -> Report:
     report.wall_s = round(report.wall_s, 1)
     report.cluster_s = round(report.cluster_s, 1)
     report.other_s = round(report.other_s, 1)
+    report.outside_s = round(max(0.0, report.wall_s - report.cluster_s - report.other_s), 1)
     report.modules = {k: round(v, 1) for k, v in
                       sorted(report.modules.items(), key=lambda kv: -kv[1])}
     return report
@@ -102,11 +105,11 @@ def minutes(seconds: float) -> str:
 
 def table(reports: list[Report]) -> str:
     rows = [f"{'provider':<28} {'tests':>5} {'failed':>6} {'run wall':>14} "
-            f"{'cluster suites':>14} {'(cases)':>7} {'other':>10}"]
+            f"{'cluster suites':>14} {'(cases)':>7} {'other':>10} {'outside':>10}"]
     for r in reports:
         rows.append(f"{r.provider:<28} {r.tests:>5} {r.failures + r.errors:>6} "
                     f"{minutes(r.wall_s):>14} {minutes(r.cluster_s):>14} "
-                    f"{r.cluster_tests:>7} {r.other_s:>8.1f} s")
+                    f"{r.cluster_tests:>7} {r.other_s:>8.1f} s {r.outside_s:>8.1f} s")
     total = sum(r.wall_s for r in reports)
     rows.append(f"{'all runs':<28} {sum(r.tests for r in reports):>5} "
                 f"{sum(r.failures + r.errors for r in reports):>6} {minutes(total):>14}")

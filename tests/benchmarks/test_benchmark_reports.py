@@ -34,7 +34,7 @@ def test_junit_groups_cluster_suites_from_the_rest(tmp_path: Path) -> None:
     r = e2e_times.parse(path)
     assert (r.provider, r.wall_s, r.tests, r.failures, r.errors, r.skipped) == (
         "embedded", 100.5, 6, 1, 1, 2)
-    assert (r.cluster_tests, r.cluster_s, r.other_s) == (4, 85.2, 3.5)
+    assert (r.cluster_tests, r.cluster_s, r.other_s, r.outside_s) == (4, 85.2, 3.5, 11.8)
     assert list(r.modules.items()) == [("e2e.test_selectors", 40.2),
                                        ("fakegpu.conformance.test_prepare", 40.0),
                                        ("e2e.test_taints", 5.0)]
