@@ -29,6 +29,42 @@ class JobFailed(FakegpuError):
     """A rank failed or printed no results."""
 
 
+def with_image(objects: list[dict[str, Any]], image: str) -> list[dict[str, Any]]:
+    """``objects`` with each container image of fakegpu's workload repository (any tag or
+    none) replaced by ``image``, the cluster's own (nothing can be pulled)."""
+    repo = image.rsplit(":", 1)[0]
+
+    def fix(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: fix(v) for k, v in node.items()}
+            if isinstance(out.get("image"), str) and out["image"].split(":")[0] == repo:
+                out["image"] = image
+            return out
+        if isinstance(node, list):
+            return [fix(v) for v in node]
+        return node
+
+    return [fix(o) for o in objects]
+
+
+def wait_workers(core: kclient.CoreV1Api, namespace: str, count: int,
+                 selector: str = LABEL, timeout: float = 180.0) -> list[Any]:
+    """``worker_pods`` once ``count`` of them run."""
+    from fakegpu.testkit.wait import NotYet, wait_for
+
+    def ready() -> list[Any]:
+        try:
+            pods = worker_pods(core, namespace, selector)
+        except JobFailed as err:
+            raise NotYet(str(err)) from None
+        if len(pods) != count:
+            raise NotYet(f"{len(pods)} of {count} worker pods")
+        return pods
+
+    return wait_for(ready, what=f"{count} worker pods running in {namespace}",
+                    timeout=timeout, is_transient=k8s.is_transient_api_error)
+
+
 def worker_pods(core: kclient.CoreV1Api, namespace: str, selector: str = LABEL) -> list[Any]:
     """The running worker pods of ``selector``, in node name order (rank order)."""
     pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items

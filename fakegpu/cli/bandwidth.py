@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from fakegpu.errors import EXIT_OK, InvalidInput, printable
+from fakegpu.errors import EXIT_OK, FakegpuError, InvalidInput, printable
+from fakegpu.fsutil import atomic_write
 
 from . import add_verbose, show_help
 
@@ -29,7 +31,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="the fakegpu cluster (its kubeconfig and topology)")
     run.add_argument("--provider", choices=("embedded", "kind"),
                      help="the cluster's provider (default: the one that has it)")
-    run.add_argument("-n", "--namespace", required=True, help="the worker pods' namespace")
+    run.add_argument("-f", "--filename", type=Path, default=None, metavar="MANIFEST",
+                     help="apply this first (e.g. examples/gb200-bandwidth.yaml; fakegpu's "
+                          "workload image gets the cluster's tag) and wait for its workers")
+    run.add_argument("-n", "--namespace", default=None,
+                     help="the worker pods' namespace (default: the manifest's Namespace)")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="with -f: how many worker pods to wait for (default: one per node "
+                          "of the topology)")
     run.add_argument("--selector", default=None, metavar="LABELS",
                      help="the worker pods (default: app.kubernetes.io/name=nvbandwidth)")
     run.add_argument("--network-gbps", type=float, default=None, metavar="GBPS",
@@ -66,17 +75,48 @@ def _run(args: argparse.Namespace) -> int:
     info = nodenvml.find(args.cluster, args.provider).status(args.cluster)
     if info is None:
         raise InvalidInput(f"no cluster {args.cluster!r}")
-    gbps = args.network_gbps or load_topology(info.topology).network.gbps_per_gpu
-    core = kclient.CoreV1Api(k8s.new_api_client(info.kubeconfig))
-    pods = launcher.worker_pods(core, args.namespace, args.selector or launcher.LABEL)
-    results = launcher.run(core, args.namespace, pods, network_gbps=gbps, timeout=args.timeout)
-    from fakegpu.fsutil import atomic_write
-
+    topology = load_topology(info.topology)
+    gbps = args.network_gbps or topology.network.gbps_per_gpu
+    api = k8s.new_api_client(info.kubeconfig)
+    core = kclient.CoreV1Api(api)
+    selector = args.selector or launcher.LABEL
+    namespace = args.namespace
+    if args.filename is not None:
+        objects = _manifest(args.filename)
+        if namespace is None:
+            namespace = next((o["metadata"]["name"] for o in objects
+                              if o.get("kind") == "Namespace"), None)
+        namespace = namespace or "default"
+        k8s.apply_manifests(api, launcher.with_image(objects, info.workload_image),
+                            namespace=namespace)
+        pods = launcher.wait_workers(core, namespace, args.workers or len(topology.nodes),
+                                     selector)
+    else:
+        namespace = namespace or "default"
+        pods = launcher.worker_pods(core, namespace, selector)
+    results = launcher.run(core, namespace, pods, network_gbps=gbps, timeout=args.timeout)
     atomic_write(args.out, json.dumps(results, indent=1) + "\n")
     paths = {p for row in results["paths"] for p in row} - {"self"}
     print(f"{printable(str(args.out))}: {len(results['gpus'])} GPUs on {len(pods)} nodes "
           f"(simulated; paths: {', '.join(sorted(paths))})")
     return EXIT_OK
+
+
+def _manifest(path: Path) -> list[dict[str, Any]]:
+    import yaml
+
+    from fakegpu.testkit import k8s
+
+    where = printable(str(path))
+    try:
+        return k8s.load_manifests(path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"{where}: cannot read: {printable(str(err))}") from None
+    except yaml.YAMLError as err:
+        raise InvalidInput(f"{where}: not YAML: {printable(str(err).splitlines()[0])}"
+                           ) from None
+    except FakegpuError as err:
+        raise InvalidInput(f"{where}: {err}") from None
 
 
 def _report(args: argparse.Namespace) -> int:

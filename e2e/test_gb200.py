@@ -1,0 +1,162 @@
+"""The bandwidth job on a fake GB200 (gb200-mini: 4 nodes x 4 GPUs, one NVLink clique), as a
+user runs it: one worker pod per node holding all its GPUs (and, with a ComputeDomain, the
+domain's IMEX channel), the simulated nvbandwidth started in each by the launcher, the
+ranks meeting over the pod network. The matrix must be what the rules give for the topology
+(fakegpu/bandwidth/model.py: the catalog's NVLink speed, the topology's network speed), the
+GPUs those the claims were allocated.
+
+Embedded provider only: the program reads NVML through the claim's CDI mounts, which only the
+embedded provider's host plugins add (docs/nvidia-smi.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as kclient
+
+from fakegpu.bandwidth import launcher, model
+from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.testkit import faults, k8s
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocation_results,
+    attribute_value,
+    pod_claim_name,
+    pod_manifest,
+    published_device,
+)
+from fakegpu.topology.load import load_topology
+from fakegpu.topology.model import Topology
+
+pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
+              pytest.mark.topology("fixtures/gb200-mini.yaml")]
+
+CHANNEL_TEMPLATE = "bw-imex-channel"
+TIMEOUT = 180.0
+
+
+@pytest.fixture(scope="module")
+def topology(fakegpu_cluster: ClusterInfo) -> Topology:
+    # The suite's input (its topology mark): the expected figures are derived from it.
+    return load_topology(fakegpu_cluster.topology)
+
+
+def _start_workers(cluster: ClusterInfo, core: kclient.CoreV1Api, api: ResourceApi,
+                   namespace: str, topology: Topology, *, channel: bool = False) -> list[Any]:
+    """One pod per node holding all the node's GPUs (and the domain's channel); running."""
+    api.create("resourceclaimtemplates", api.claim_template("all-gpus", [
+        api.device_request("gpus", cluster.driver_name, count=len(topology.nodes[0].gpus))]),
+        namespace)
+    claims = [PodClaim("gpus", template="all-gpus")]
+    if channel:
+        claims.append(PodClaim("imex", template=CHANNEL_TEMPLATE))
+    for node in topology.nodes:
+        pod = pod_manifest(f"bw-{node.name}", cluster.workload_image, ["sleep", "3600"], claims,
+                           labels={"app.kubernetes.io/name": "nvbandwidth"})
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
+        k8s.create_pod(core, namespace, pod)
+    for node in topology.nodes:
+        k8s.wait_pod_running(core, namespace, f"bw-{node.name}", timeout=TIMEOUT)
+    return launcher.worker_pods(core, namespace)
+
+
+def _allocated_uuids(cluster: ClusterInfo, api: ResourceApi, namespace: str,
+                     pods: list[Any]) -> list[str]:
+    """The GPU UUIDs the pods' claims got, as the slices publish them, in node/index order."""
+    out = []
+    for pod in pods:
+        claim = api.claim(namespace, pod_claim_name(pod, "gpus"))
+        devices = [published_device(api, cluster.driver_name, r["pool"], r["device"])
+                   for r in allocation_results(claim, cluster.driver_name)]
+        devices.sort(key=lambda d: int(attribute_value(d, "index")))
+        out += [str(attribute_value(d, "uuid")) for d in devices]
+    return out
+
+
+def _expected(topology: Topology, **kwargs: Any) -> tuple[list[Any], list[Any]]:
+    values, paths = model.matrix(model.topology_views(topology, **kwargs),
+                                 topology.network.gbps_per_gpu)
+    return values, [[p.value for p in row] for row in paths]
+
+
+def _run(core: kclient.CoreV1Api, namespace: str, pods: list[Any],
+         topology: Topology) -> dict[str, Any]:
+    return launcher.run(core, namespace, pods, network_gbps=topology.network.gbps_per_gpu)
+
+
+def test_without_a_domain_nvlink_stays_inside_each_node_and_a_degraded_gpu_shows(
+    fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
+    namespace: str, topology: Topology, fault_guard: list[tuple[str, int]],
+) -> None:
+    pods = _start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology)
+    doc = _run(core_v1, namespace, pods, topology)
+    assert doc["simulation"] is True
+    assert [g["uuid"] for g in doc["gpus"]] == _allocated_uuids(
+        fakegpu_cluster, resource_api, namespace, pods)
+    values, paths = _expected(topology)
+    assert doc["paths"] == paths
+    assert doc["bandwidth"] == values
+    assert {p for row in doc["paths"] for p in row} == {"self", "nvlink-local", "network"}
+
+    # Degrade one GPU's fabric; the same pods rerun the job and see it.
+    node, gpu = topology.nodes[1].name, 2
+    fault_guard.append((node, gpu))
+    faults.inject(fakegpu_cluster, node, gpu, "fabric-degraded")
+    again = _run(core_v1, namespace, pods, topology)
+    values, paths = _expected(topology, degraded=[(node, gpu)])
+    assert again["bandwidth"] == values and again["paths"] == paths
+    sick = 4 * 1 + gpu
+    assert again["gpus"][sick]["fabric_degraded"] is True
+    assert again["bandwidth"][sick] != doc["bandwidth"][sick]
+
+
+@pytest.fixture
+def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
+                   ) -> Iterator[dict[str, Any]]:
+    """A ComputeDomain over the 4 nodes whose channel template the workers use."""
+    from fakegpu.computedomain.names import PLURAL, VERSION, for_gpu_driver
+
+    names = for_gpu_driver(fakegpu_cluster.driver_name)
+    custom: Any = kclient.CustomObjectsApi(k8s_client)
+    body = {"apiVersion": names.api_version, "kind": "ComputeDomain",
+            "metadata": {"name": "bandwidth"},
+            "spec": {"numNodes": 4,
+                     "channel": {"resourceClaimTemplate": {"name": CHANNEL_TEMPLATE}}}}
+    try:
+        cd = custom.create_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
+                                                    body)
+    except kclient.ApiException as err:
+        if err.status == 404:
+            pytest.skip(f"the cluster has no ComputeDomain API ({names.api_version}): "
+                        "started without ComputeDomain support")
+        raise
+    yield cd
+    # The namespace's deletion (the fixture's) removes the pods first; the domain follows.
+    try:
+        custom.delete_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
+                                               "bandwidth")
+    except kclient.ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def test_with_a_domain_every_pair_gets_nvlink(
+    fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
+    namespace: str, topology: Topology, compute_domain: dict[str, Any],
+) -> None:
+    pods = _start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology,
+                          channel=True)
+    doc = _run(core_v1, namespace, pods, topology)
+    uid = compute_domain["metadata"]["uid"]
+    assert {g["compute_domain"] for g in doc["gpus"]} == {uid}
+    assert all(g["imex_channel"] for g in doc["gpus"])
+    values, paths = _expected(topology, compute_domain=uid)
+    assert doc["paths"] == paths
+    assert doc["bandwidth"] == values
+    n = len(doc["gpus"])
+    assert n == 16 and all(doc["bandwidth"][i][j] == values[0][1]
+                           for i in range(n) for j in range(n) if i != j)
