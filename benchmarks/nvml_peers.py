@@ -41,7 +41,6 @@ from fakegpu.topology.load import load_topology
 REPO = Path(__file__).resolve().parents[1]
 
 BINDINGS = ("C", "ctypes", "pynvml")
-LIBRARIES = ("fakegpu", "nvml-mock", "no-op")
 CALLS = ("nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
          "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMigMode")
 
@@ -85,8 +84,6 @@ for name, call in zip(names, calls):
     out[name] = done / used
 print(json.dumps(out))
 """
-
-
 
 
 # --- the libraries ------------------------------------------------------------------------------
