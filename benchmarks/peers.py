@@ -60,14 +60,14 @@ def cached(name: str, git_dir: Path, repo: str, artifact: str,
     ``build(source tree, cache staging dir)`` when missing."""
     with tempfile.TemporaryDirectory(prefix=f"fg-peer-{name}-") as tmp:
         try:
-            if shutil.which("go") is None:
-                raise NotBuilt("no Go toolchain on PATH")
             label = export(git_dir, Path(tmp) / "src", repo)
         except (NotBuilt, OSError, subprocess.CalledProcessError) as exc:
             return Peer(name, None, reason=str(exc).splitlines()[0])
         slot = paths.cache_dir() / "bench" / (
             f"{name}-{hashlib.sha256(label.encode()).hexdigest()[:12]}")
         if not (slot / artifact).exists():
+            if shutil.which("go") is None:
+                return Peer(name, None, reason="no Go toolchain on PATH", source=label)
             print(f"building {name} from {label} outside the tree (minutes when cold) ...",
                   flush=True)
             slot.parent.mkdir(parents=True, exist_ok=True)
