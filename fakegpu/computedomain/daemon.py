@@ -127,24 +127,28 @@ class Daemon:
                               change) is None:
             self._cd = None  # deleted: look it up again (the plugin stops us soon)
             return
-        now = (status, obs.ip, obs.clique, problem)
-        if self._last is None or self._last[0] != status or (
-                status == NOT_READY and self._last[3] != problem and obs.problem):
-            reason = "IMEXDaemonReady" if ready else "IMEXDaemonNotReady"
-            message = (f"node {cfg.node}: IMEX daemon ready at {obs.ip}, clique {obs.clique}"
-                       if ready else f"node {cfg.node}: IMEX daemon not ready: {problem}")
-            log.info("%s", message)
-            kube.event(self.api, cfg.names, self._cd, reason, message, warning=not ready,
-                       component=COMPONENT)
-        self._last = now
+        before = self._last
+        self._last = (status, obs.ip, obs.clique, problem)
+        # Events say what changed: ready (again), or a new reason not to be. Starting up (no
+        # pod IP yet, forming the domain) is no news.
+        if ready and (before is None or before[0] != READY):
+            self._event("IMEXDaemonReady",
+                        f"node {cfg.node}: IMEX daemon ready at {obs.ip}, clique {obs.clique}")
+        elif (obs.problem and obs.ip and (before is None or before[3] != obs.problem)):
+            self._event("IMEXDaemonNotReady",
+                        f"node {cfg.node}: IMEX daemon not ready: {obs.problem}", warning=True)
         if obs.unreachable != self._unreachable:
             self._unreachable = obs.unreachable
             if obs.unreachable:
-                message = (f"node {cfg.node}: IMEX peers not answering on the pod network: "
-                           f"{', '.join(obs.unreachable)}")
-                log.info("%s", message)
-                kube.event(self.api, cfg.names, self._cd, "IMEXPeerUnreachable", message,
-                           warning=True, component=COMPONENT)
+                self._event("IMEXPeerUnreachable",
+                            f"node {cfg.node}: IMEX peers not answering on the pod network: "
+                            f"{', '.join(obs.unreachable)}", warning=True)
+
+    def _event(self, reason: str, message: str, warning: bool = False) -> None:
+        log.info("%s: %s", reason, message)
+        if self._cd is not None:
+            kube.event(self.api, self.cfg.names, self._cd, reason, message, warning=warning,
+                       component=COMPONENT)
 
     def leave(self) -> None:
         """Take this node's entry out of the domain (the daemon is going away)."""

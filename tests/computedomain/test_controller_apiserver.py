@@ -1,0 +1,150 @@
+"""The ComputeDomain controller against a real kube-apiserver (no kubelets, no other
+controllers): what it creates for a domain, how status follows the daemons' entries, and that
+deletion leaves nothing behind, also for daemon pods of nodes that are gone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from fakegpu.computedomain import kube, objects
+from fakegpu.computedomain.controller import Config, Controller
+from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver
+from fakegpu.deploy.manifests import NAMESPACE, Install
+from fakegpu.kube import api as kubeapi
+from fakegpu.wait import NotYet, wait_for
+
+pytestmark = pytest.mark.integration
+NAMES = for_gpu_driver("gpu.nvidia.com")
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
+    from fakegpu.cluster import binaries, install
+    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.errors import MissingPrerequisite
+
+    try:
+        bins = binaries.ensure()
+    except MissingPrerequisite as err:
+        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
+    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+        c = kubeapi.connect(Path(cp.kubeconfig))
+        kubeapi.apply(c, install.objects(Install(driver="gpu.nvidia.com")))
+
+        def established() -> None:
+            try:
+                kube.list_domains(c, NAMES)
+            except client.ApiException as err:
+                raise NotYet(str(err.status)) from err
+
+        wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
+        yield c
+        c.close()  # type: ignore[no-untyped-call]
+
+
+def test_a_domain_gets_its_objects_status_and_a_clean_deletion(api: client.ApiClient) -> None:
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    apps: Any = client.AppsV1Api(api)
+    core.create_namespace({"metadata": {"name": "job"}})
+    core.create_node({"metadata": {"name": "n0"}})
+    cd = custom.create_namespaced_custom_object(NAMES.group, VERSION, "job", PLURAL, {
+        "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "d"},
+        "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "ch"}}}})
+    uid = cd["metadata"]["uid"]
+    ctl = Controller(api, Config(NAMES, NAMESPACE, "img:1"))
+    ctl.reconcile_all()
+
+    cd = kube.get_domain(api, NAMES, "job", "d")
+    assert NAMES.finalizer in cd["metadata"]["finalizers"]
+    assert cd["status"] == {"status": "NotReady"}
+    template = custom.get_namespaced_custom_object("resource.k8s.io", "v1", "job",
+                                                   "resourceclaimtemplates", "ch")
+    assert template["metadata"]["labels"][NAMES.label_key] == uid
+    ds = apps.read_namespaced_daemon_set(daemonset_name(uid), NAMESPACE)
+    assert ds.spec.template.spec.node_selector == {NAMES.label_key: uid}
+
+    # Daemon pods on n0 and on n-gone (a node deleted since), each node's entry Ready.
+    for node in ("n0", "n-gone"):
+        core.create_namespaced_pod(NAMESPACE, {
+            "metadata": {"name": f"imex-{node}", "labels": {NAMES.label_key: uid}},
+            "spec": {"nodeName": node, "serviceAccountName": "fakegpu",
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "c", "image": "img:1"}]}})
+        kube.update_status(api, NAMES, "job", "d", _ready_entry(node))
+    # An entry of a node without a daemon pod is dropped.
+    kube.update_status(api, NAMES, "job", "d", lambda s: {
+        **s, "nodes": objects.upsert_node(s["nodes"], {
+            "name": "n-left", "ipAddress": "", "cliqueID": "c.1", "status": "Ready"})})
+    ctl.reconcile_all()
+    status = kube.get_domain(api, NAMES, "job", "d")["status"]
+    assert status["status"] == "Ready"
+    assert sorted(n["name"] for n in status["nodes"]) == ["n-gone", "n0"]
+    core.patch_node("n0", {"metadata": {"labels": {NAMES.label_key: uid}}})
+
+    custom.delete_namespaced_custom_object(NAMES.group, VERSION, "job", PLURAL, "d")
+    ctl.reconcile_all()
+    # No kubelet confirms the pod on n0: the domain waits for it (its finalizer stays)...
+    assert kube.get_domain(api, NAMES, "job", "d")["metadata"]["deletionTimestamp"]
+    assert not core.list_node(label_selector=NAMES.label_key).items
+    assert [p.metadata.name for p in core.list_namespaced_pod(NAMESPACE).items] == ["imex-n0"]
+    core.delete_namespaced_pod("imex-n0", NAMESPACE, grace_period_seconds=0)
+    ctl.reconcile_all()
+    # ...and once it is gone, nothing is left.
+    with pytest.raises(client.ApiException) as gone:
+        kube.get_domain(api, NAMES, "job", "d")
+    assert gone.value.status == 404
+    for ns in ("job", NAMESPACE):
+        assert not custom.list_namespaced_custom_object(
+            "resource.k8s.io", "v1", ns, "resourceclaimtemplates")["items"]
+    assert not apps.list_namespaced_daemon_set(NAMESPACE).items
+
+
+def _ready_entry(node: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def change(status: dict[str, Any]) -> dict[str, Any]:
+        return {**status, "nodes": objects.upsert_node(status.get("nodes") or [], {
+            "name": node, "ipAddress": "10.0.0.1", "cliqueID": "c.1", "status": "Ready"})}
+    return change
+
+
+def test_objects_of_a_domain_deleted_while_no_controller_ran_are_removed(
+        api: client.ApiClient) -> None:
+    custom: Any = client.CustomObjectsApi(api)
+    apps: Any = client.AppsV1Api(api)
+    d = objects.Domain("job", "old", "0000-gone", 1, "old-ch", "Single")
+    kubeapi.apply(api, [objects.channel_template(NAMES, d),
+                        objects.daemonset(NAMES, d, NAMESPACE, "img:1")])
+    Controller(api, Config(NAMES, NAMESPACE, "img:1")).reconcile_all()
+    assert not custom.list_cluster_custom_object(
+        "resource.k8s.io", "v1", "resourceclaimtemplates",
+        label_selector=f"{NAMES.label_key}=0000-gone")["items"]
+    assert not apps.list_namespaced_daemon_set(
+        NAMESPACE, label_selector=f"{NAMES.label_key}=0000-gone").items
+
+
+def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient) -> None:
+    custom: Any = client.CustomObjectsApi(api)
+    core: Any = client.CoreV1Api(api)
+    # The CRD's schema refuses most bad specs; a taken template name is the controller's to say.
+    core.create_namespace({"metadata": {"name": "taken"}})
+    custom.create_namespaced_custom_object("resource.k8s.io", "v1", "taken",
+                                           "resourceclaimtemplates", {
+        "metadata": {"name": "mine"}, "spec": {"spec": {"devices": {"requests": []}}}})
+    custom.create_namespaced_custom_object(NAMES.group, VERSION, "taken", PLURAL, {
+        "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "d"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "mine"}}}})
+    Controller(api, Config(NAMES, NAMESPACE, "img:1")).reconcile_all()
+    events = [e for e in core.list_namespaced_event("taken").items
+              if e.reason == "InvalidSpec"]
+    assert events and "ResourceClaimTemplate taken/mine exists" in events[0].message
+    with pytest.raises(client.ApiException) as refused:
+        custom.create_namespaced_custom_object(NAMES.group, VERSION, "taken", PLURAL, {
+            "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "x"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "t"},
+                                                "allocationMode": "Some"}}})
+    assert refused.value.status == 422
