@@ -498,6 +498,8 @@ def item_topology(config: pytest.Config, item: pytest.Item) -> Path:
 
 
 def _wants_cluster(item: pytest.Item) -> bool:
+    if item.get_closest_marker("skip") is not None:
+        return False  # skipped before any fixture: no cluster is brought up for it
     return item.get_closest_marker(E2E_MARKER) is not None or "fakegpu_cluster" in getattr(
         item, "fixturenames", ())
 
@@ -597,7 +599,8 @@ def resource_api(k8s_client: Any) -> ResourceApi:
 
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, core_v1: kclient.CoreV1Api) -> Iterator[str]:
-    """A fresh namespace for one test, deleted (and waited for) afterwards."""
+    """A fresh namespace for one test, deleted afterwards; the next test starts once its pods
+    and claims are gone (``k8s.delete_namespace``)."""
     from fakegpu.testkit import k8s
 
     # The test's name in the namespace's makes events and leftovers easy to trace back.
