@@ -11,9 +11,11 @@ exactly the claim's devices.
 - the fake ``libnvidia-ml.so.1`` at ``LIBRARY``, where glibc images' loaders find it, for
   pynvml and other NVML clients in the container.
 
-Only where the plugin's paths are the node's (the embedded provider: the plugin is a host
-process), so the provider opts in with ``ENABLE_ENV=1`` in the plugin's environment; a plugin
-in a pod (kind) leaves the spec as before, since its paths would not exist on the node.
+The provider opts in with ``ENABLE_ENV=1`` in the plugin's environment. On the embedded
+provider the plugin is a host process: its paths are the node's. A plugin in a pod (kind, the
+chart's ``nvmlInContainers``) names the node's paths instead: ``NODE_STATE_DIR_ENV`` (where its
+state directory volume lies on the node) and ``NODE_SMI_ENV`` / ``NODE_LIBRARY_ENV`` (the tools
+the kind provider copies onto each node).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ SMI = "/usr/bin/nvidia-smi"
 LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 _RO = ["ro", "nosuid", "nodev", "bind"]
 VISIBLE_ENV = "FAKEGPU_NVML_VISIBLE"  # csrc/visible.h
+NODE_STATE_DIR_ENV = "FAKEGPU_NVML_NODE_STATE_DIR"
+NODE_SMI_ENV = "FAKEGPU_NVML_NODE_SMI"
+NODE_LIBRARY_ENV = "FAKEGPU_NVML_NODE_LIBRARY"
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,11 @@ def from_env(environ: dict[str, str] | None = None) -> NvmlMounts | None:
     state = env.get(STATE_ENV)
     if not state:
         return None
+    node_dir, smi, lib = (env.get(k) for k in (NODE_STATE_DIR_ENV, NODE_SMI_ENV,
+                                                 NODE_LIBRARY_ENV))
+    if node_dir and smi and lib:  # a plugin in a pod: the node's paths, not its own
+        return NvmlMounts(state=Path(node_dir) / Path(state).name, smi=Path(smi),
+                          library=Path(lib))
     try:
         from fakegpu import nvidiasmi
         from fakegpu.nvml.env import library_path

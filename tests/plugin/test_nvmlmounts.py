@@ -18,6 +18,17 @@ def test_only_when_the_provider_opts_in_and_the_node_has_fake_nvml(tmp_path: Pat
     assert got.smi.is_file() and got.library.name == "libnvidia-ml.so.1"
 
 
+def test_a_plugin_in_a_pod_names_the_nodes_paths() -> None:
+    got = nvmlmounts.from_env({
+        nvmlmounts.ENABLE_ENV: "1", "FAKEGPU_NVML_STATE": "/run/fakegpu/w1.state",
+        nvmlmounts.NODE_STATE_DIR_ENV: "/var/lib/kubelet/pods/u/volumes/x/nvml-state",
+        nvmlmounts.NODE_SMI_ENV: "/var/lib/fakegpu/bin/nvidia-smi",
+        nvmlmounts.NODE_LIBRARY_ENV: "/var/lib/fakegpu/lib/libnvidia-ml.so.1"})
+    assert got == nvmlmounts.NvmlMounts(
+        Path("/var/lib/kubelet/pods/u/volumes/x/nvml-state/w1.state"),
+        Path("/var/lib/fakegpu/bin/nvidia-smi"), Path("/var/lib/fakegpu/lib/libnvidia-ml.so.1"))
+
+
 def test_the_claims_view_and_read_only_mounts() -> None:
     mounts = nvmlmounts.NvmlMounts(Path("/s/n.state"), Path("/b/nvidia-smi"),
                                    Path("/l/libnvidia-ml.so.1"))

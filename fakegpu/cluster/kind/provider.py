@@ -38,6 +38,10 @@ CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakegpu"
 # The release the embedded provider renders the chart's shared objects for, too.
 RELEASE = manifests.RELEASE
 NAMESPACE = manifests.NAMESPACE
+# Where each worker carries the tools prepared claims' containers get (chart values
+# nvmlInContainers.*): fakegpu's static nvidia-smi and the fake libnvidia-ml.so.1.
+NODE_TOOLS = {"nvidiaSmi": "/var/lib/fakegpu/bin/nvidia-smi",
+              "library": "/var/lib/fakegpu/lib/libnvidia-ml.so.1"}
 # Where the plugin pod keeps its node's NVML state (the chart's nvml-state volume).
 STATE_DIR_IN_POD = "/run/fakegpu"
 
@@ -236,13 +240,32 @@ class KindProvider:
             with kubeapi.session(st.kubeconfig) as api:
                 kubeapi.scale_deployment(api, "kube-system", "coredns", 0)
 
+    def _node_tools(self, st: KindState) -> None:
+        """nvidia-smi (static) and the fake libnvidia-ml.so.1 on every worker, at the node
+        paths the chart's nvmlInContainers names: prepared claims' CDI specs mount them."""
+        from fakegpu import nvidiasmi
+        from fakegpu.nvml.env import library_path
+
+        docker = str(dockerhost.docker_client())
+        for worker in st.workers:
+            container = st.containers[worker]
+            run([docker, "exec", container, "mkdir", "-p", *{str(Path(p).parent)
+                                                            for p in NODE_TOOLS.values()}])
+            for host, node_path in ((nvidiasmi.path(), NODE_TOOLS["nvidiaSmi"]),
+                                    (library_path(), NODE_TOOLS["library"])):
+                run([docker, "cp", "-L", str(host), f"{container}:{node_path}"])
+
     def _install_chart(self, st: KindState) -> None:
+        self._node_tools(st)
         helm = tools.executable(tools.helm(), self.console)
         repo, tag = st.plugin_image.rsplit(":", 1)
         run([str(helm), "upgrade", "--install", RELEASE, str(CHART), "--kubeconfig",
              str(st.kubeconfig), "-n", NAMESPACE, "--create-namespace",
              "--set-file", f"topology={st.topology}", "--set", f"image.repository={repo}",
              "--set", f"image.tag={tag}", "--set", f"driverName={st.driver}",
+             "--set", "nvmlInContainers.enabled=true",
+             *(a for key, path in NODE_TOOLS.items()
+               for a in ("--set", f"nvmlInContainers.{key}={path}")),
              "--set-string", f"nodeSelector.{config.WORKER_LABEL.replace('.', chr(92) + '.')}"
                              "=true"],
             timeout=300)
