@@ -163,3 +163,18 @@ def test_it_is_static(tmp_path: Path) -> None:
         pytest.skip("the `file` command is not installed")
     assert "statically linked" in out.stdout
     assert os.access(program.path(), os.X_OK)
+
+
+def test_a_whole_nvl72_rack_in_one_domain(tmp_path: Path) -> None:
+    # 18 ranks, 72 GPUs: every pair at NVLink speed, as the rules give for gb200-nvl72.
+    topology = load_topology(repo_fixtures_dir() / "gb200-nvl72.yaml")
+    channels = tmp_path / "channels"
+    channels.mkdir()
+    (channels / "channel0").touch()
+    env = {"FAKEGPU_COMPUTE_DOMAIN": "rack", "FAKEGPU_IMEX_CHANNEL": "0",
+           "FAKEGPU_IMEX_CHANNEL_DIR": str(channels)}
+    doc, _ = _job(topology, _states(topology, tmp_path), env)
+    values, paths = _expected(model.topology_views(topology, compute_domain="rack"),
+                              topology.network.gbps_per_gpu)
+    assert len(doc["gpus"]) == 72
+    assert doc["bandwidth"] == values and doc["paths"] == paths
