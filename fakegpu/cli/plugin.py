@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="shared checkpoint + lock dir (default: <kubelet-root>/plugins/<driver>)")
     run.add_argument("--no-device-status", dest="write_status", action="store_false",
                      help="do not write status.devices[].data on prepared claims")
+    run.add_argument("--keep-slices-on-exit", action="store_true",
+                     help="on SIGTERM leave the node's ResourceSlices even as the last instance "
+                          "(sequential upgrades: the next instance adopts them; the kubelet "
+                          "removes them after its grace period if none comes)")
     run.add_argument("--no-slices", dest="publish_slices", action="store_false",
                      help="do not publish ResourceSlices (another component does)")
     run.add_argument("--rediscover-interval", type=float, default=10.0, metavar="SECONDS",
@@ -100,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir, write_status=args.write_status,
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
         grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig,
+        keep_slices_on_exit=args.keep_slices_on_exit,
         shared_gpus=_minors(args.shared_gpus)))
 
 

@@ -48,6 +48,7 @@ class Options:
     workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
     dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
+    keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
 
 
 def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
@@ -151,7 +152,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
         if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
             log.info("another instance serves driver=%s: leaving ResourceSlices in place",
                      opts.driver_name)
-        elif replaced.is_set():
+        elif replaced.is_set() or opts.keep_slices_on_exit:
             log.info("stopped for replacement: leaving ResourceSlices of driver=%s in place",
                      opts.driver_name)
         else:
