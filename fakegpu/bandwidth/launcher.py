@@ -101,8 +101,11 @@ def run(core: kclient.CoreV1Api, namespace: str, pods: Sequence[Any], *,
         pod = pods[rank]
         cmd = command(rank, addresses, pod.spec.node_name, port=port,
                       network_gbps=network_gbps, timeout=timeout)
-        res = k8s.exec_in_pod(core, namespace, pod.metadata.name, cmd, timeout=timeout + 30,
-                              check=False)
+        # A client per rank: the client's exec stream swaps a method of its ApiClient while
+        # it connects, which concurrent execs through one client would leave swapped.
+        with kclient.ApiClient(core.api_client.configuration) as own:
+            res = k8s.exec_in_pod(kclient.CoreV1Api(own), namespace, pod.metadata.name, cmd,
+                                  timeout=timeout + 30, check=False)
         if res.returncode != 0:
             raise JobFailed(f"rank {rank} in pod {namespace}/{pod.metadata.name} exited "
                             f"{res.returncode}: {res.stderr.strip()[-400:]}")
