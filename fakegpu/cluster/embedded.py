@@ -50,6 +50,7 @@ from fakegpu.cluster.process import (
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
 from fakegpu.deploy.manifests import Install
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
+from fakegpu.fleet import embedded as fleet
 from fakegpu.kube import api as kubeapi
 from fakegpu.node.entrypoint import plugin_args
 from fakegpu.nvml import env as nvml_env
@@ -129,6 +130,7 @@ class ClusterState:
     interfaces: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     firewall: list[list[str]] = field(default_factory=list)  # iptables FORWARD rule specs
+    simulated: list[str] = field(default_factory=list)  # fleet nodes: KWOK, no kubelet
     plugin: dict[str, Any] | None = None  # another vendor's plugin (ExternalPlugin.to_json)
 
     @property
@@ -163,6 +165,7 @@ class ClusterState:
             "processes": {k: v.to_json() for k, v in self.processes.items()},
             "interfaces": self.interfaces, "cgroups": self.cgroups, "firewall": self.firewall,
             "plugin": self.plugin,
+            "simulated": self.simulated,
         }
         # Atomic: `down` or `status` of another process may read it at any moment.
         fsutil.atomic_write(self.path, json.dumps(doc, indent=2))
@@ -188,6 +191,7 @@ class ClusterState:
                 interfaces=list(doc["interfaces"]), cgroups=list(doc["cgroups"]),
                 firewall=[list(r) for r in doc.get("firewall", [])],
                 plugin=doc.get("plugin"),
+                simulated=[str(n) for n in doc.get("simulated", [])],
             )
         except (ValueError, KeyError, TypeError, AttributeError) as err:
             raise StateError(path, err) from err
@@ -268,7 +272,8 @@ class EmbeddedProvider:
         return (clusters_dir() / validate_name(name)).exists()
 
     def check_host(self, spec: ClusterSpec) -> None:
-        self._check_host(spec.name, clusters_dir() / spec.name, len(spec.topology.nodes))
+        # Simulated nodes run no kubelet: only real ones count against the host's limits.
+        self._check_host(spec.name, clusters_dir() / spec.name, len(spec.topology.real_nodes))
 
     def provision(self, spec: ClusterSpec) -> _Bringup:
         return _Bringup(self, spec)
@@ -524,6 +529,10 @@ class EmbeddedProvider:
 
     def _stop_everything(self, st: ClusterState) -> None:
         bins = cached_binaries(st.k8s_version)
+        for comp in ("fleet-publisher", "kwok"):
+            rec = st.processes.get(comp)
+            if rec:
+                terminate(rec)
         for n in st.nodes:
             lay = st.layout(n)
             if ext := st.processes.get(f"extplugin/{n.name}"):
@@ -565,13 +574,17 @@ class EmbeddedProvider:
         cp_alive = {c: is_alive(r) for c in ("etcd", "kube-apiserver",
                                              "kube-controller-manager", "kube-scheduler")
                     if (r := st.processes.get(c)) is not None}
+        # A fleet's KWOK and slice publisher are part of the control plane's health.
+        cp_alive.update({c: is_alive(r) for c in ("kwok", "fleet-publisher")
+                         if (r := st.processes.get(c)) is not None})
         return ClusterInfo(
             name=st.name, provider=self.name, k8s_version=st.k8s_version,
             kubeconfig=st.kubeconfig, topology=Path(st.topology), driver_name=st.driver,
             workload_image=st.workload_image, nodes=tuple(nodes),
             extra={"phase": st.phase, "server": st.server, "dir": str(root),
                    "control_plane": cp_alive,
-                   "node_ips": {n.name: st.layout(n).ip for n in st.nodes}},
+                   "node_ips": {n.name: st.layout(n).ip for n in st.nodes},
+                   "simulated_nodes": len(st.simulated)},
         )
 
     def healthy(self, name: str) -> bool:
@@ -630,6 +643,9 @@ class EmbeddedProvider:
 
     def stop_node(self, name: str, node: str) -> None:
         st = self._load_ready(name)
+        if node in st.simulated:
+            fleet.stop_node(st.kubeconfig, node, st.driver, self.policy)
+            return
         n = st.node(node)
         if ext := st.processes.get(f"extplugin/{node}"):
             terminate(ext)
@@ -642,6 +658,9 @@ class EmbeddedProvider:
 
     def start_node(self, name: str, node: str) -> None:
         st = self._load_ready(name)
+        if node in st.simulated:
+            fleet.start_node(st.kubeconfig, node, st.driver, self.policy)
+            return
         n = st.node(node)
         lay = st.layout(n)
         bins = cached_binaries(st.k8s_version)
@@ -672,6 +691,10 @@ class EmbeddedProvider:
                   ) -> subprocess.CompletedProcess[str]:
         # The node's plugin and its pods' runtime use this very file on this host.
         st = self._load_ready(name)
+        if node in st.simulated:  # the fleet publisher follows this file
+            path = fleet.state_path(st.root, node)
+            return subprocess.run([sys.executable, "-m", "fakegpu", *args, "--state", str(path)],
+                                  capture_output=True, text=True, timeout=120, check=False)
         n = st.node(node)
         path = st.layout(n).nvml_state
         if not n.has_gpus or not path.is_file():
@@ -698,10 +721,13 @@ class _Bringup:
             name=spec.name, root=clusters_dir() / spec.name, k8s_version=spec.k8s_version,
             topology=str(spec.topology_file), driver=provider.driver,
             plugin=provider.plugin.to_json() if provider.plugin else None,
-            nodes=[NodeState(n.name, i, bool(n.gpus)) for i, n in enumerate(spec.topology.nodes)])
+            nodes=[NodeState(n.name, i, bool(n.gpus))
+                   for i, n in enumerate(spec.topology.real_nodes)],
+            simulated=[n.name for n in spec.topology.simulated_nodes])
         self.bins: NodeBinaries | None = None
         self.imgs: images.Images | None = None
         self.cp: ControlPlane | None = None
+        self.kwok: Path | None = None
 
     def actions(self) -> Sequence[Action]:
         n = len(self.state.nodes)
@@ -718,6 +744,8 @@ class _Bringup:
             Action("import images into every node", self._import_images),
             Action("kubelets", self._kubelets),
             Action("fakegpu plugins and ResourceSlices", self._plugins),
+            *([Action(f"simulated nodes ({len(self.state.simulated)}: KWOK and the fleet "
+                      "slice publisher)", self._fleet)] if self.state.simulated else []),
         ]
 
     def _bins(self) -> NodeBinaries:
@@ -729,6 +757,8 @@ class _Bringup:
 
     def _binaries(self) -> None:
         self.bins = _binaries(self.spec.k8s_version, self.p.console)
+        if self.state.simulated:
+            self.kwok = fleet.kwok_binary(self.p.console)
 
     def _images(self) -> None:
         self.imgs = images.ensure_images(console=self.p.console)
@@ -774,8 +804,28 @@ class _Bringup:
         for n, lay in zip(self.state.nodes, layouts, strict=True):
             if n.has_gpus:
                 self.p._wait_slices(self.state, lay)
-        self.state.phase = "ready"
-        self.state.save()
+        if not self.state.simulated:
+            self.state.phase = "ready"
+            self.state.save()
+
+    def _fleet(self) -> None:
+        st = self.state
+        assert self.kwok is not None, "the binaries action found KWOK"
+        node_prefix, pod_prefix = slot_network(st.slot)
+
+        def record(rec: ProcessRecord) -> None:
+            st.processes[rec.name] = rec
+            st.save()
+
+        # Pod addresses above every real node's /24 (those end at .199), one node address.
+        fleet.start(st.root, st.kubeconfig, Path(st.topology), self.topology, st.driver,
+                    self.kwok, f"{pod_prefix}.240.0/20", f"{node_prefix}.250", record)
+        # Every simulated node at once: a bigger fleet gets a longer wait.
+        policy = self.p.policy.scaled(max(1.0, len(st.simulated) / 100))
+        fleet.wait_ready(st.kubeconfig, st.simulated, st.driver, policy,
+                         [st.processes["kwok"], st.processes["fleet-publisher"]])
+        st.phase = "ready"
+        st.save()
 
 
 _DEAD = ProcessRecord("none", 0, -1, "", Path("/dev/null"))

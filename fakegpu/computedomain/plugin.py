@@ -64,7 +64,7 @@ CHANNELS = 8  # channel-0 .. channel-7 published per node (NVIDIA's driver: up t
 # The char device a channel is: a major no real driver here uses (the real one is dynamic,
 # from /proc/devices "nvidia-caps-imex-channels"), minor = channel number.
 IMEX_MAJOR = 511
-READY_WAIT_S = 20.0
+READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retries
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "imex"
 DAEMON_STOP_S = 5.0
@@ -192,13 +192,14 @@ def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str) -> dict[str, 
            f"FAKEGPU_CLAIM={p.ref.namespace}/{p.ref.name}"]
     devs = []
     for a in p.devices:
-        edits: dict[str, Any] = {}
+        # Every CDI device needs an edit of its own (an empty one is refused by the runtime).
+        edits: dict[str, Any] = {"env": [f"FAKEGPU_IMEX_DEVICE={a.device}"]}
         if a.kind == CHANNEL:
             channels = range(CHANNELS) if p.allocation_mode == "All" else [a.index]
             edits["deviceNodes"] = [{
                 "path": f"{IMEX_CHANNEL_DIR}/channel{c}", "type": "c", "major": IMEX_MAJOR,
                 "minor": c, "permissions": "rw", "fileMode": 0o666} for c in channels]
-            edits["env"] = [f"{ENV_CHANNEL}={a.index}", f"FAKEGPU_CLIQUE_ID={clique}"]
+            edits["env"] += [f"{ENV_CHANNEL}={a.index}", f"FAKEGPU_CLIQUE_ID={clique}"]
         devs.append({"name": f"{p.ref.uid}-{a.device}", "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
             "devices": devs}
