@@ -26,8 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Imported late: the command modules import add_verbose from this package.
     from . import bandwidth, cluster, computedomain, conformance, kind, nvml, plugin, topology
+    from . import fleet as fleet_cli
 
-    for module in (topology, nvml, plugin, cluster, kind, conformance, bandwidth,
+    for module in (topology, nvml, plugin, cluster, fleet_cli, kind, conformance, bandwidth,
                    computedomain):
         module.register(sub)
     return parser

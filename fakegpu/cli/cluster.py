@@ -81,7 +81,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     node = cmds.add_parser("node", help="stop or start one worker node")
     node_cmds = node.add_subparsers(dest="node_command", metavar="ACTION")
-    for action, text in (("stop", "stop the node's plugin, kubelet and containerd"),
+    for action, text in (("stop", "stop the node's plugin, kubelet and containerd (a "
+                                  "simulated node: NotReady, its ResourceSlices withdrawn)"),
                          ("start", "start a stopped node and wait until it is Ready")):
         p = node_cmds.add_parser(action, help=text)
         p.add_argument("node", help="node name (as in the topology)")
@@ -181,8 +182,10 @@ def _up(args: argparse.Namespace) -> int:
     if aliases:
         imagealiases.apply(info, aliases)
         console.print(f"workload image also named {', '.join(aliases)}")
+    sim = info.extra.get("simulated_nodes")
     console.print(f"[bold green]cluster {info.name!r} is ready[/] "
-                  f"({len(info.nodes)} nodes, Kubernetes {info.k8s_version}, "
+                  f"({len(info.nodes)} nodes{f' + {sim} simulated' if sim else ''}, "
+                  f"Kubernetes {info.k8s_version}, "
                   f"{time.monotonic() - start:.0f}s)")
     _print_usage(console, info)
     print(info.kubeconfig)  # stdout: the one thing a script wants
@@ -229,6 +232,8 @@ def _status(args: argparse.Namespace) -> int:
     for n in info.nodes:
         print(f"node        {n.name:<20} {ips.get(n.name, ''):<15} "
               f"{'running' if n.running else 'STOPPED'}")
+    if info.extra.get("simulated_nodes"):
+        print(f"simulated   {info.extra['simulated_nodes']} nodes (KWOK, fleet slice publisher)")
     return 0
 
 
