@@ -58,7 +58,7 @@ def start(root: Path, kubeconfig: Path, topology_file: Path, topology: Topology,
         nodes.create(api, topology.simulated_nodes)
     record(spawn("kwok", kwok_argv(kwok, kubeconfig, config, pod_cidr, node_ip),
                  where / "logs" / "kwok.log"))
-    argv, env = run.command(kubeconfig, topology_file, state_dir(root), driver)
+    argv, env = run.command(kubeconfig, topology_file.resolve(), state_dir(root), driver)
     record(spawn("fleet-publisher", argv, where / "logs" / "publisher.log",
                  env={**os.environ, **env}))
 
