@@ -19,7 +19,13 @@ from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 
-from .k8s import _TRANSIENT, create_pod, is_transient_api_error, wait_pod_running
+from .k8s import (
+    _TRANSIENT,
+    POLL_S,
+    create_pod,
+    is_transient_api_error,
+    wait_pod_running,
+)
 from .wait import NotYet, wait_for
 
 
@@ -106,7 +112,8 @@ class ResourceApi:
             return claim
 
         return wait_for(allocated, what=f"claim {namespace}/{name} to be allocated",
-                        timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+                        timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
+                        is_transient=is_transient_api_error)
 
     # --- builders at this API version ----------------------------------------------------------
 
@@ -247,9 +254,11 @@ class PodClaim:
 
 
 def pod_manifest(name: str, image: str, command: Sequence[str], claims: Sequence[PodClaim] = (),
-                 *, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A one-container pod using ``claims``; it never pulls (nothing can be pulled here)."""
-    return {
+                 *, labels: Mapping[str, str] | None = None, node: str | None = None
+                 ) -> dict[str, Any]:
+    """A one-container pod using ``claims``; it never pulls (nothing can be pulled here).
+    ``node``: pinned there by node affinity (the scheduler still allocates its claims)."""
+    manifest: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": dict(labels or {})},
         "spec": {
@@ -264,6 +273,12 @@ def pod_manifest(name: str, image: str, command: Sequence[str], claims: Sequence
             }],
         },
     }
+    if node is not None:
+        manifest["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+                "matchFields": [{"key": "metadata.name", "operator": "In",
+                                 "values": [node]}]}]}}}
+    return manifest
 
 
 IDLE = ("sleep", "3600")

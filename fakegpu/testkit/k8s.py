@@ -26,6 +26,9 @@ from fakegpu.kube.resource import GROUP, newest_served
 from .wait import NotYet, wait_for
 
 FIELD_MANAGER = "fakegpu-testkit"
+# The test kit's waits poll the apiserver: a read every half second is nothing to it, and a wait
+# overshoots the event it waits for by half the interval on average (0.5 s a wait at 1 s).
+POLL_S = 0.5
 
 
 class ExecFailed(FakegpuError):
@@ -104,7 +107,7 @@ def delete_namespace(core: kclient.CoreV1Api, name: str, *, timeout: float = 180
                          + f"; claims left: {left}")
 
     wait_for(released, what=f"namespace {name} to release its devices", timeout=timeout,
-             interval=0.5, transient=_TRANSIENT, is_transient=is_transient_api_error)
+             interval=POLL_S, transient=_TRANSIENT, is_transient=is_transient_api_error)
 
 
 class _ResourceClaims:
@@ -174,7 +177,7 @@ def wait_pod_running(
         raise NotYet(_pod_state(pod))
 
     return wait_for(running, what=f"pod {namespace}/{name} to run", timeout=timeout,
-                    interval=1.0, transient=_TRANSIENT, is_transient=is_transient_api_error)
+                    interval=POLL_S, transient=_TRANSIENT, is_transient=is_transient_api_error)
 
 
 def wait_pod_condition(
@@ -196,7 +199,8 @@ def wait_pod_condition(
         raise NotYet(_pod_state(pod))
 
     return wait_for(has, what=f"pod {namespace}/{name} condition {ctype}={status}",
-                    timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+                    timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
+                    is_transient=is_transient_api_error)
 
 
 # The DRA scheduler plugin's reason when no node can satisfy a pod's claims (stable since 1.26;
@@ -225,7 +229,8 @@ def wait_unschedulable(core: kclient.CoreV1Api, namespace: str, name: str, *,
         return pod
 
     return wait_for(refused, what=what or f"the scheduler to refuse pod {namespace}/{name}",
-                    timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+                    timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
+                    is_transient=is_transient_api_error)
 
 
 def wait_pod_gone(
@@ -240,7 +245,7 @@ def wait_pod_gone(
             raise
         raise NotYet(_pod_state(pod))
 
-    wait_for(gone, what=f"pod {namespace}/{name} to be deleted", timeout=timeout,
+    wait_for(gone, what=f"pod {namespace}/{name} to be deleted", timeout=timeout, interval=POLL_S,
              transient=_TRANSIENT, is_transient=is_transient_api_error)
 
 
@@ -279,7 +284,8 @@ def wait_device_health(core: kclient.CoreV1Api, namespace: str, name: str, healt
 
     return wait_for(shows, what=f"pod {namespace}/{name} to show {resource_id or 'its devices'} "
                               f"{health}",
-                    timeout=timeout, transient=_TRANSIENT, is_transient=is_transient_api_error)
+                    timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
+                    is_transient=is_transient_api_error)
 
 
 def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,
@@ -296,7 +302,7 @@ def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,
         raise NotYet("events: " + ", ".join(sorted({f"{e.reason}({e.involved_object.name})"
                                                       for e in events})))
 
-    return wait_for(seen, what=f"event {reason} in {namespace}", timeout=timeout,
+    return wait_for(seen, what=f"event {reason} in {namespace}", timeout=timeout, interval=POLL_S,
                     transient=_TRANSIENT, is_transient=is_transient_api_error)
 
 
@@ -366,7 +372,7 @@ def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str, *,
         return text
 
     return parse_env(wait_for(complete, what=f"pod {namespace}/{pod} to print its env",
-                              timeout=timeout, transient=_TRANSIENT,
+                              timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
                               is_transient=is_transient_api_error))
 
 

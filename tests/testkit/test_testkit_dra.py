@@ -17,7 +17,7 @@ from fakegpu.testkit.dra import (
     device_request,
     pod_manifest,
 )
-from fakegpu.testkit.k8s import load_manifests, parse_env
+from fakegpu.testkit.k8s import claims_refused, load_manifests, parse_env
 
 
 def test_request_shape_follows_the_api_version() -> None:
@@ -60,6 +60,34 @@ def test_pod_manifest_wires_claims_and_never_pulls() -> None:
     (container,) = spec["containers"]
     assert container["imagePullPolicy"] == "IfNotPresent"
     assert container["resources"]["claims"] == [{"name": "a"}, {"name": "b"}]
+
+
+def test_pod_manifest_pins_to_a_node_by_affinity_only_when_asked() -> None:
+    assert "affinity" not in pod_manifest("p", "img", ["sleep", "1"])["spec"]
+    pinned = pod_manifest("p", "img", ["sleep", "1"], node="n1")["spec"]
+    # Affinity, not nodeName: the scheduler still runs (and allocates the pod's claims).
+    assert "nodeName" not in pinned
+    [term] = pinned["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert term == {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                     "values": ["n1"]}]}
+
+
+def _pending(status: str, message: str | None) -> Any:
+    from kubernetes import client as kclient
+
+    cond = kclient.V1PodCondition(type="PodScheduled", status=status, message=message)
+    return kclient.V1Pod(status=kclient.V1PodStatus(phase="Pending", conditions=[cond]))
+
+
+def test_claims_refused_only_on_the_dra_plugins_verdict() -> None:
+    assert claims_refused(_pending(
+        "False", "0/4 nodes are available: 4 cannot allocate all claims."))
+    # Waiting for the claim controller to make the pod's claim is not a verdict.
+    assert not claims_refused(_pending(
+        "False", 'waiting for resource claim "p-gpu" to be created'))
+    assert not claims_refused(_pending("True", None))
+    assert not claims_refused(_pending("False", None))
 
 
 def test_pod_claim_names_exactly_one_source() -> None:
