@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .nodes import CAPACITY
+
 API_VERSION = "kwok.x-k8s.io/v1alpha1"
 # Selector expressions are jq paths over the object (KWOK's syntax).
 _READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -35,9 +37,9 @@ addresses:
 - type: Hostname
   address: {{ .metadata.name | Quote }}
 allocatable:
-{{ YAML .status.allocatable 1 }}
+{{ with .status.allocatable }}{{ YAML . 1 }}{{ else }}  {DEFAULTS}{{ end }}
 capacity:
-{{ YAML .status.capacity 1 }}
+{{ with .status.capacity }}{{ YAML . 1 }}{{ else }}  {DEFAULTS}{{ end }}
 nodeInfo:
   architecture: amd64
   operatingSystem: linux
@@ -51,6 +53,10 @@ nodeInfo:
   bootID: ""
 phase: Running
 """
+
+# What a node offers when its Node object says nothing (nodes.py sets it at creation).
+_NODE_READY = _NODE_READY.replace(
+    "{DEFAULTS}", "{" + ", ".join(f"{k}: {v!r}" for k, v in CAPACITY.items()) + "}")
 
 _POD_RUNNING = """\
 {{ $now := Now }}
