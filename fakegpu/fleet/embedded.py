@@ -79,6 +79,8 @@ def wait_ready(kubeconfig: Path, names: Sequence[str], driver: str, policy: Wait
                watch: Sequence[ProcessRecord]) -> None:
     """Until every simulated node is Ready (KWOK) and has its whole pool (the publisher)."""
     total = len(names)
+    # Each look lists every simulated Node and slice: seldom for a big fleet.
+    policy = WaitPolicy(policy.timeout, max(policy.interval, total / 200))
     wait_until(f"{total} simulated nodes Ready with their ResourceSlices (KWOK, fleet "
                "publisher)", lambda: ready(kubeconfig, names, driver) == (total, total),
                policy, watch=watch)
