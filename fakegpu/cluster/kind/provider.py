@@ -263,6 +263,8 @@ class KindProvider:
              str(st.kubeconfig), "-n", NAMESPACE, "--create-namespace",
              "--set-file", f"topology={st.topology}", "--set", f"image.repository={repo}",
              "--set", f"image.tag={tag}", "--set", f"driverName={st.driver}",
+             # The IMEX daemon pods (ComputeDomains) run the workload image every node has.
+             "--set", f"computeDomains.daemonImage={st.workload_image}",
              "--set", "nvmlInContainers.enabled=true",
              *(a for key, path in NODE_TOOLS.items()
                for a in ("--set", f"nvmlInContainers.{key}={path}")),
