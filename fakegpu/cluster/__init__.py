@@ -45,6 +45,10 @@ def get_provider(name: str = "embedded", *, console: Console | None = None,
 
     provider: Provider
     dra_driver = driver_name(driver)
+    if plugin is not None and plugin.beside and plugin.driver_name(dra_driver) == dra_driver:
+        raise InvalidInput(f"--plugin-beside: that plugin publishes {dra_driver}, as fakegpu's "
+                           "plugin does on this cluster; give it another --plugin-driver or "
+                           "run it in fakegpu's place")
     if name == "embedded":
         from fakegpu.cluster.embedded import EmbeddedProvider
 

@@ -105,3 +105,11 @@ def test_a_plugin_of_another_driver_gets_its_status_right_and_device_class(binar
     assert external.cluster_objects(nvidia, "gpu.nvidia.com", name="fakegpu",
                                     namespace="fakegpu-system", service_account="fakegpu",
                                     resource_api="resource.k8s.io/v1") == []
+
+
+def test_beside_fakegpus_plugin_it_must_be_another_driver(binary: Path) -> None:
+    same = external.parse(binary, [], preset="nvidia", driver=None, beside=True, env=[])
+    with pytest.raises(InvalidInput, match=r"--plugin-beside: that plugin publishes "
+                                           r"gpu\.nvidia\.com"):
+        get_provider("embedded", driver="nvidia", plugin=same)
+    assert get_provider("embedded", driver="fakegpu", plugin=same) is not None
