@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from fakegpu import fsutil
-from fakegpu.cluster import cleanup, images, install
+from fakegpu.cluster import cleanup, computedomains, images, install
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
 from fakegpu.cluster.external import ExternalPlugin
@@ -488,6 +488,20 @@ class EmbeddedProvider:
             wait_until(f"a whole ResourceSlice pool of node {lay.name} ({who}, {driver})",
                        complete, self.policy, watch=[rec])
 
+    def _record(self, rec: ProcessRecord, st: ClusterState) -> None:
+        st.processes[rec.name] = rec
+        st.save()
+
+    def _start_compute_domains(self, st: ClusterState, envs: dict[str, dict[str, str]]) -> None:
+        """The compute-domain plugin on every GPU node, then the ComputeDomain controller
+        (fakegpu/cluster/computedomains.py)."""
+        for n in st.nodes:
+            if n.has_gpus:
+                lay = st.layout(n)
+                self._record(computedomains.start_plugin(lay, st.driver, envs[lay.name]), st)
+        self._record(computedomains.start_controller(
+            st.kubeconfig, st.driver, st.workload_image, st.cp_dir / "logs"), st)
+
     # --- protocol: delete ---------------------------------------------------------------------
 
     def delete(self, name: str) -> None:
@@ -537,7 +551,7 @@ class EmbeddedProvider:
             lay = st.layout(n)
             if ext := st.processes.get(f"extplugin/{n.name}"):
                 terminate(ext)
-            for comp in ("plugin", "kubelet"):
+            for comp in ("plugin", computedomains.PLUGIN, "kubelet"):
                 rec = st.processes.get(f"{comp}/{n.name}")
                 if rec:
                     terminate(rec)
@@ -548,7 +562,8 @@ class EmbeddedProvider:
             if ctr:
                 terminate(ctr)
             kill_pids(nodemod.shim_pids(lay))
-        for comp in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        for comp in (computedomains.CONTROLLER, "kube-scheduler", "kube-controller-manager",
+                     "kube-apiserver", "etcd"):
             rec = st.processes.get(comp)
             if rec:
                 terminate(rec)
@@ -649,7 +664,7 @@ class EmbeddedProvider:
         n = st.node(node)
         if ext := st.processes.get(f"extplugin/{node}"):
             terminate(ext)
-        for comp in ("plugin", "kubelet", "containerd"):
+        for comp in ("plugin", computedomains.PLUGIN, "kubelet", "containerd"):
             rec = st.processes.get(f"{comp}/{node}")
             if rec:
                 terminate(rec)
@@ -682,6 +697,9 @@ class EmbeddedProvider:
             self._start_plugin(st, lay, env)
         if n.has_gpus:
             self._wait_slices(st, lay)
+        if runs_own_plugin(st) and n.has_gpus and not is_alive(
+                st.processes.get(f"{computedomains.PLUGIN}/{node}", _DEAD)):
+            self._record(computedomains.start_plugin(lay, st.driver, env), st)
         n.running = True
         st.save()
 
@@ -804,6 +822,8 @@ class _Bringup:
         for n, lay in zip(self.state.nodes, layouts, strict=True):
             if n.has_gpus:
                 self.p._wait_slices(self.state, lay)
+        if runs_own_plugin(self.state):
+            self.p._start_compute_domains(self.state, envs)
         if not self.state.simulated:
             self.state.phase = "ready"
             self.state.save()
