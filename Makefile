@@ -27,7 +27,7 @@ endif
 
 test-nvidia: $(STAMP)
 	$(VENV)/bin/python -m pytest fakegpu/conformance e2e/test_nvidia_compatible.py \
-		e2e/test_basic_allocation.py --fakegpu-driver nvidia --cluster-name fakegpu-e2e-nv \
+		e2e/test_computedomain.py e2e/test_basic_allocation.py --fakegpu-driver nvidia --cluster-name fakegpu-e2e-nv \
 		--junitxml=reports/junit-nvidia.xml
 
 test-kind: $(STAMP)
