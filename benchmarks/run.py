@@ -4,8 +4,9 @@ reports/benchmarks/ (docs/benchmarks.md says what each measures and records a ru
 By default only those that need no cluster: NVML calls (nvml_bench, nvml_peers: fakegpu vs
 nvml-mock vs no-op), prepare latency (plugin_prepare in-process, and --compare against the
 upstream example driver under a real apiserver: cached binaries, no cluster), e2e wall times
-read from reports/junit*.xml. ``--cluster`` adds the ones that bring clusters up and down
-(slow; on a shared machine hold its cluster lock around the whole run). Peers are built from
+read from reports/junit*.xml. ``--cluster`` adds the ones that bring clusters up and down:
+cluster_up (1, 4, 18 real nodes) and fleet_scheduler (100 and 1,000 simulated nodes); slow,
+and on a shared machine hold its cluster lock around the whole run. Peers are built from
 their own source outside the tree on first use (benchmarks/peers.py).
 
 Usage: .venv/bin/python benchmarks/run.py [--cluster] [--only NAME,NAME] [--list]
@@ -40,6 +41,7 @@ BENCHES = (
     Bench("e2e_times", ("e2e_times.py", "--json", "{out}")),
     Bench("cluster_up", ("cluster_up.py", "--cases", "1,4,18", "--json", "{out}"),
           cluster=True),
+    Bench("fleet_scheduler", ("fleet_scheduler.py", "--json", "{out}"), cluster=True),
 )
 
 
