@@ -11,13 +11,23 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from kubernetes import client
+
+from fakegpu import fsutil
+from fakegpu.cluster.kubeconfig import write_kubeconfig
 from fakegpu.cluster.node import NodeLayout
 from fakegpu.cluster.process import ProcessRecord, spawn
-from fakegpu.deploy.manifests import NAMESPACE
+from fakegpu.deploy.manifests import NAMESPACE, RELEASE
+from fakegpu.errors import FakegpuError
 
 PLUGIN = "cd-plugin"
 CONTROLLER = "cd-controller"
+# The chart's service account of the controller (files/computedomain.yaml): the embedded
+# controller runs with its token, so an RBAC gap fails here as on kind.
+SERVICE_ACCOUNT = f"{RELEASE}-compute-domain-controller"
+TOKEN_SECONDS = 365 * 24 * 3600
 
 
 def domain(gpu_driver: str) -> str:
@@ -38,6 +48,23 @@ def start_plugin(layout: NodeLayout, gpu_driver: str, nvml_env: Mapping[str, str
         "--cdi-root", str(layout.cdi_dir),
         "--state-dir", str(layout.root / PLUGIN),
     ], layout.log_dir / f"{PLUGIN}.log", env=env)
+
+
+def controller_credentials(api: client.ApiClient, directory: Path, *, server: str, ca: Path,
+                           cluster: str) -> Path:
+    """A kubeconfig with a token of the controller's service account (TokenRequest)."""
+    core: Any = client.CoreV1Api(api)
+    out = core.create_namespaced_service_account_token(
+        SERVICE_ACCOUNT, NAMESPACE, {"apiVersion": "authentication.k8s.io/v1",
+                                     "kind": "TokenRequest",
+                                     "spec": {"expirationSeconds": TOKEN_SECONDS}})
+    if out.status is None or not out.status.token:
+        raise FakegpuError(f"TokenRequest for {NAMESPACE}/{SERVICE_ACCOUNT}: no token")
+    token = directory / f"{CONTROLLER}.token"
+    fsutil.atomic_write(token, str(out.status.token).strip(), mode=0o600)
+    return write_kubeconfig(directory / f"{CONTROLLER}.kubeconfig", server=server, ca=ca,
+                            token_file=token, cluster=cluster,
+                            user=f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}")
 
 
 def start_controller(kubeconfig: Path, gpu_driver: str, image: str, log_dir: Path

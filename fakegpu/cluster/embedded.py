@@ -499,8 +499,12 @@ class EmbeddedProvider:
             if n.has_gpus:
                 lay = st.layout(n)
                 self._record(computedomains.start_plugin(lay, st.driver, envs[lay.name]), st)
+        with kubeapi.session(st.kubeconfig) as api:
+            kubeconfig = computedomains.controller_credentials(
+                api, st.cp_dir, server=st.server, ca=st.cp_dir / "pki" / "ca.crt",
+                cluster=st.name)
         self._record(computedomains.start_controller(
-            st.kubeconfig, st.driver, st.workload_image, st.cp_dir / "logs"), st)
+            kubeconfig, st.driver, st.workload_image, st.cp_dir / "logs"), st)
 
     # --- protocol: delete ---------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from fakegpu.cluster import computedomains
 from fakegpu.computedomain import kube, objects
 from fakegpu.computedomain.controller import Config, Controller
 from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver
@@ -23,7 +24,9 @@ NAMES = for_gpu_driver("gpu.nvidia.com")
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
+def apis(tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[tuple[client.ApiClient, client.ApiClient]]:
+    """(admin, the controller's own service account as the chart grants it)."""
     from fakegpu.cluster import binaries, install
     from fakegpu.cluster.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
@@ -43,11 +46,28 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
                 raise NotYet(str(err.status)) from err
 
         wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
-        yield c
+        assert cp.certs is not None
+        own = kubeapi.connect(computedomains.controller_credentials(
+            c, tmp_path_factory.mktemp("sa"), server=cp.server, ca=cp.certs.ca.cert_path,
+            cluster="cp"))
+        yield c, own
+        own.close()  # type: ignore[no-untyped-call]
         c.close()  # type: ignore[no-untyped-call]
 
 
-def test_a_domain_gets_its_objects_status_and_a_clean_deletion(api: client.ApiClient) -> None:
+@pytest.fixture
+def api(apis: tuple[client.ApiClient, client.ApiClient]) -> client.ApiClient:
+    return apis[0]
+
+
+@pytest.fixture
+def controller(apis: tuple[client.ApiClient, client.ApiClient]) -> Controller:
+    """The controller with the chart's RBAC: a right it lacks fails these tests."""
+    return Controller(apis[1], Config(NAMES, NAMESPACE, "img:1"))
+
+
+def test_a_domain_gets_its_objects_status_and_a_clean_deletion(api: client.ApiClient,
+                                                               controller: Controller) -> None:
     core: Any = client.CoreV1Api(api)
     custom: Any = client.CustomObjectsApi(api)
     apps: Any = client.AppsV1Api(api)
@@ -57,7 +77,7 @@ def test_a_domain_gets_its_objects_status_and_a_clean_deletion(api: client.ApiCl
         "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "d"},
         "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "ch"}}}})
     uid = cd["metadata"]["uid"]
-    ctl = Controller(api, Config(NAMES, NAMESPACE, "img:1"))
+    ctl = controller
     ctl.reconcile_all()
 
     cd = kube.get_domain(api, NAMES, "job", "d")
@@ -113,13 +133,13 @@ def _ready_entry(node: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def test_objects_of_a_domain_deleted_while_no_controller_ran_are_removed(
-        api: client.ApiClient) -> None:
+        api: client.ApiClient, controller: Controller) -> None:
     custom: Any = client.CustomObjectsApi(api)
     apps: Any = client.AppsV1Api(api)
     d = objects.Domain("job", "old", "0000-gone", 1, "old-ch", "Single")
     kubeapi.apply(api, [objects.channel_template(NAMES, d),
                         objects.daemonset(NAMES, d, NAMESPACE, "img:1")])
-    Controller(api, Config(NAMES, NAMESPACE, "img:1")).reconcile_all()
+    controller.reconcile_all()
     assert not custom.list_cluster_custom_object(
         "resource.k8s.io", "v1", "resourceclaimtemplates",
         label_selector=f"{NAMES.label_key}=0000-gone")["items"]
@@ -127,7 +147,8 @@ def test_objects_of_a_domain_deleted_while_no_controller_ran_are_removed(
         NAMESPACE, label_selector=f"{NAMES.label_key}=0000-gone").items
 
 
-def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient) -> None:
+def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient,
+                                              controller: Controller) -> None:
     custom: Any = client.CustomObjectsApi(api)
     core: Any = client.CoreV1Api(api)
     # The CRD's schema refuses most bad specs; a taken template name is the controller's to say.
@@ -138,7 +159,7 @@ def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient) -> None:
     custom.create_namespaced_custom_object(NAMES.group, VERSION, "taken", PLURAL, {
         "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "d"},
         "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "mine"}}}})
-    Controller(api, Config(NAMES, NAMESPACE, "img:1")).reconcile_all()
+    controller.reconcile_all()
     events = [e for e in core.list_namespaced_event("taken").items
               if e.reason == "InvalidSpec"]
     assert events and "ResourceClaimTemplate taken/mine exists" in events[0].message
