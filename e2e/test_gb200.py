@@ -29,6 +29,7 @@ from fakegpu.testkit.dra import (
     pod_manifest,
     published_device,
 )
+from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
@@ -135,13 +136,26 @@ def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
                         "started without ComputeDomain support")
         raise
     yield cd
-    # The namespace's deletion (the fixture's) removes the pods first; the domain follows.
-    try:
-        custom.delete_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
-                                               "bandwidth")
-    except kclient.ApiException as err:
-        if err.status != 404:
+    # The workers (and their channel claims) go first, then the domain, as a user would.
+    core: Any = kclient.CoreV1Api(k8s_client)
+    for pod in core.list_namespaced_pod(namespace).items:
+        core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
+    for pod in core.list_namespaced_pod(namespace).items:
+        k8s.wait_pod_gone(core, namespace, pod.metadata.name, timeout=TIMEOUT)
+    custom.delete_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, "bandwidth")
+
+    def gone() -> None:
+        try:
+            custom.get_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
+                                                "bandwidth")
+        except kclient.ApiException as err:
+            if err.status == 404:
+                return
             raise
+        raise NotYet("still there")
+
+    wait_for(gone, what=f"ComputeDomain {namespace}/bandwidth to be gone", timeout=TIMEOUT,
+             is_transient=k8s.is_transient_api_error)
 
 
 def test_with_a_domain_every_pair_gets_nvlink(
