@@ -117,7 +117,7 @@ class ResourceApi:
 
     # --- builders at this API version ----------------------------------------------------------
 
-    def device_request(self, name: str, device_class: str, *, count: int = 1,
+    def device_request(self, name: str, device_class: str, *, count: int | None = 1,
                        cel: Sequence[str] = (),
                        tolerations: Sequence[Mapping[str, Any]] = (),
                        admin_access: bool = False) -> dict[str, Any]:
@@ -159,11 +159,12 @@ def match_attribute(attribute: str, requests: Sequence[str] = ()) -> dict[str, A
     return out
 
 
-def device_request(version: str, name: str, device_class: str, *, count: int = 1,
+def device_request(version: str, name: str, device_class: str, *, count: int | None = 1,
                    cel: Sequence[str] = (), tolerations: Sequence[Mapping[str, Any]] = (),
                    admin_access: bool = False) -> dict[str, Any]:
-    """A request for exactly ``count`` devices of ``device_class`` matching every CEL selector,
-    tolerating ``tolerations`` (see ``toleration``), with ``adminAccess`` when asked."""
+    """A request for exactly ``count`` devices of ``device_class`` (None: every matching device
+    of one node, ``allocationMode: All``) matching every CEL selector, tolerating
+    ``tolerations`` (see ``toleration``), with ``adminAccess`` when asked."""
     spec = _exact(device_class, count, cel, tolerations)
     if admin_access:
         spec["adminAccess"] = True
@@ -172,10 +173,11 @@ def device_request(version: str, name: str, device_class: str, *, count: int = 1
     return {"name": name, "exactly": spec}
 
 
-def _exact(device_class: str, count: int, cel: Sequence[str],
+def _exact(device_class: str, count: int | None, cel: Sequence[str],
            tolerations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount",
-                            "count": count}
+    spec: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "All"} \
+        if count is None else {"deviceClassName": device_class,
+                               "allocationMode": "ExactCount", "count": count}
     if cel:
         spec["selectors"] = [{"cel": {"expression": expr}} for expr in cel]
     if tolerations:

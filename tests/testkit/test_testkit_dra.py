@@ -31,6 +31,13 @@ def test_request_shape_follows_the_api_version() -> None:
                                                      if k != "name"}}
 
 
+def test_request_without_a_count_asks_for_every_matching_device() -> None:
+    assert device_request("v1", "gpus", "c", count=None)["exactly"] == {
+        "deviceClassName": "c", "allocationMode": "All"}
+    assert device_request("v1beta1", "gpus", "c", count=None) == {
+        "name": "gpus", "deviceClassName": "c", "allocationMode": "All"}
+
+
 def test_request_without_selectors_has_none() -> None:
     assert "selectors" not in device_request("v1", "gpu", "c")["exactly"]
 
