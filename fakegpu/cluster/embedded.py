@@ -297,7 +297,7 @@ class EmbeddedProvider:
                                f"needed, {have} MiB available; use a smaller topology")
         longest = max((nodemod.longest_socket_path(node_layout(name, root, MAX_SLOTS - 1, i,
                                                                "n"), self.driver)
-                       for i in range(nodes)), key=lambda t: t[1])
+                       for i in range(nodes)), key=lambda t: t[1], default=("", 0))
         if longest[1] > nodemod.MAX_SOCKET_PATH:
             raise InvalidInput(f"socket path {longest[0]} would be {longest[1]} bytes (limit "
                                f"{nodemod.MAX_SOCKET_PATH}): use a shorter ${CLUSTERS_ENV} or "
