@@ -90,6 +90,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.set_defaults(func=_node_stop if action == "stop" else _node_start)
     node.set_defaults(func=show_help(node))
 
+    upgrade = cmds.add_parser(
+        "upgrade-plugin", help="roll every node's plugin to another version, node by node",
+        description="Replace the plugin on every worker by the given version as its DaemonSet "
+                    "would (docs/upgrades.md): surge starts the new instance beside the old one "
+                    "and stops the old one once the kubelet registered the new (maxSurge 1); "
+                    "sequential stops the old one first (maxUnavailable 1). Exit 1 when a new "
+                    "instance never becomes ready: the rollout stops there and the previous "
+                    "version keeps serving; upgrading to that version again rolls back.")
+    upgrade.add_argument("cluster", metavar="NAME", type=_cluster_name, help="the cluster")
+    upgrade.add_argument("--version", dest="plugin_version", required=True,
+                         help="the version to roll to (embedded: the plugin's version stamp; "
+                              "kind: the tag of an image built with that stamp)")
+    upgrade.add_argument("--broken", action="store_true",
+                         help="a broken release of that version: it never becomes ready")
+    upgrade.add_argument("--strategy", choices=("surge", "sequential"), default="surge",
+                         help="surge: maxSurge 1 / maxUnavailable 0; sequential: maxSurge 0 / "
+                              "maxUnavailable 1 (default: %(default)s)")
+    upgrade.add_argument("--provider", choices=("embedded", "kind"), default="embedded",
+                         help="the cluster's provider (default: %(default)s)")
+    upgrade.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                         help="how long each node's new instance may take to become ready "
+                              "(default: %(default)s)")
+    add_verbose(upgrade)
+    upgrade.set_defaults(func=_upgrade_plugin)
+
     _add_binaries_commands(cmds)
     cluster.set_defaults(func=show_help(cluster))
 
@@ -258,6 +283,19 @@ def _node(args: argparse.Namespace, doing: str, done: str) -> int:
     with console.status(f"{doing} node {args.node} ..."):
         act(args.name, args.node)
     console.print(f"node {args.node} {done}")
+    return 0
+
+
+def _upgrade_plugin(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.pluginupgrade import check_target
+
+    console = _console()
+    target = check_target(args.plugin_version, args.broken, args.strategy,
+                          ready_timeout_s=args.timeout)
+    provider = _provider(args, console)
+    changed = provider.upgrade_plugin(args.cluster, target, say=console.print)
+    console.print(f"plugin version {target.version} serves on every node "
+                  f"({len(changed)} changed)")
     return 0
 
 

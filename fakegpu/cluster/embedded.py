@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from fakegpu import fsutil
-from fakegpu.cluster import cleanup, computedomains, images, install
+from fakegpu.cluster import cleanup, computedomains, images, install, pluginupgrade
 from fakegpu.cluster import node as nodemod
 from fakegpu.cluster.controlplane import ControlPlane, ControlPlaneCerts, port_in_use
 from fakegpu.cluster.external import ExternalPlugin
@@ -55,6 +55,7 @@ from fakegpu.kube import api as kubeapi
 from fakegpu.node.entrypoint import plugin_args
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
+from fakegpu.plugin import version as plugin_version
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
@@ -111,6 +112,8 @@ class NodeState:
     index: int
     has_gpus: bool
     running: bool = True
+    plugin_version: str = ""  # set by upgrade_plugin; "" is the stamp the plugin finds itself
+    plugin_instance: str = ""  # the serving instance's id ("" for the first one)
 
 
 @dataclass
@@ -130,8 +133,8 @@ class ClusterState:
     interfaces: list[str] = field(default_factory=list)
     cgroups: list[str] = field(default_factory=list)
     firewall: list[list[str]] = field(default_factory=list)  # iptables FORWARD rule specs
-    simulated: list[str] = field(default_factory=list)  # fleet nodes: KWOK, no kubelet
     plugin: dict[str, Any] | None = None  # another vendor's plugin (ExternalPlugin.to_json)
+    simulated: list[str] = field(default_factory=list)  # fleet nodes: KWOK, no kubelet
 
     @property
     def path(self) -> Path:
@@ -429,7 +432,9 @@ class EmbeddedProvider:
                    self.policy, watch=[rec, st.processes[f"containerd/{lay.name}"]],
                    fatal=nodemod.FATAL_LOG_LINES)
 
-    def _start_plugin(self, st: ClusterState, lay: NodeLayout, env: dict[str, str]) -> None:
+    def _start_plugin(self, st: ClusterState, lay: NodeLayout, env: dict[str, str], *,
+                      version: str = "", instance: str = "", key: str = "plugin",
+                      extra_env: dict[str, str] | None = None) -> ProcessRecord:
         (lay.root / "plugin.env").write_text(json.dumps(env))  # start_node needs it again
         if not lay.plugin_kubeconfig.is_file():
             # The chart's service account with a token bound to this node's Node object (it
@@ -445,9 +450,83 @@ class EmbeddedProvider:
         # The topology's plugin flags for this node (dynamic MIG, shared GPUs), as the kind
         # plugin image's entrypoint adds them.
         args = plugin_args(load_topology(Path(st.topology)).node(lay.name))
-        rec = nodemod.start_plugin(lay, st.driver, env, extra_args=args)
+        env = {**env, **({plugin_version.VERSION_ENV: version} if version else {}),
+               **(extra_env or {})}
+        rec = nodemod.start_plugin(lay, st.driver, env, extra_args=args, instance_id=instance)
+        st.processes[f"{key}/{lay.name}"] = rec
+        st.save()
+        return rec
+
+    def _record(self, rec: ProcessRecord, st: ClusterState) -> None:
         st.processes[rec.name] = rec
         st.save()
+
+    def _start_compute_domains(self, st: ClusterState, envs: dict[str, dict[str, str]]) -> None:
+        """The compute-domain plugin on every GPU node, then the ComputeDomain controller
+        (fakegpu/cluster/computedomains.py)."""
+        for n in st.nodes:
+            if n.has_gpus:
+                lay = st.layout(n)
+                self._record(computedomains.start_plugin(lay, st.driver, envs[lay.name]), st)
+        with kubeapi.session(st.kubeconfig) as api:
+            kubeconfig = computedomains.controller_credentials(
+                api, st.cp_dir, server=st.server, ca=st.cp_dir / "pki" / "ca.crt",
+                cluster=st.name)
+        self._record(computedomains.start_controller(
+            kubeconfig, st.driver, st.workload_image, st.cp_dir / "logs"), st)
+
+    # --- upgrade_plugin -------------------------------------------------------------------------
+
+    def upgrade_plugin(self, name: str, target: pluginupgrade.Target,
+                       say: Callable[[str], None] = lambda _line: None) -> list[str]:
+        """Roll every node's plugin to ``target`` (pluginupgrade.py); the nodes it changed.
+
+        An instance an earlier, stalled upgrade left pending is stopped first: rolling back
+        to the serving version is this same call. Nodes already at the version are skipped.
+        """
+        st = self._load_ready(name)
+        for n in st.nodes:
+            pending = st.processes.pop(f"plugin-pending/{n.name}", None)
+            if pending is not None:
+                say(f"node {n.name}: stopping the pending instance of a stalled upgrade")
+                terminate(pending, 5.0)
+                st.save()
+        for wanted in target.nodes:
+            st.node(wanted)  # an unknown node is bad input, before anything changes
+        changed = []
+        for n in st.nodes:
+            if target.nodes and n.name not in target.nodes:
+                continue
+            old = st.processes.get(f"plugin/{n.name}")
+            if (n.plugin_version == target.version and not target.broken
+                    and not target.prepare_delay_s and old is not None and is_alive(old)):
+                continue
+            lay = st.layout(n)
+            env = json.loads((lay.root / "plugin.env").read_text())
+
+            def start(extra: dict[str, str], iid: str, lay: NodeLayout = lay,
+                      env: dict[str, str] = env) -> ProcessRecord:
+                # Recorded before it is waited for: `down` stops it whatever happens next.
+                return self._start_plugin(st, lay, env, instance=iid, key="plugin-pending",
+                                          extra_env=extra)
+
+            say(f"node {n.name}: {target.strategy} upgrade to {target.version}")
+            policy = (WaitPolicy(target.ready_timeout_s, self.policy.interval)
+                      if target.ready_timeout_s else self.policy)
+            roll = pluginupgrade.NodeRoll(lay, start, policy)
+            try:
+                new = roll.roll(old if old is not None and is_alive(old) else None, target)
+            except pluginupgrade.UpgradeStalled:
+                st.save()  # the pending instance stays recorded as plugin-pending/<node>
+                raise
+            st.processes.pop(f"plugin-pending/{n.name}", None)
+            st.processes[f"plugin/{n.name}"] = new
+            n.plugin_version = target.version
+            n.plugin_instance = pluginupgrade.instance_of(new)
+            st.save()
+            changed.append(n.name)
+            say(f"node {n.name}: version {target.version} serves")
+        return changed
 
     def _start_external(self, st: ClusterState, lay: NodeLayout, env: dict[str, str]) -> None:
         """Another vendor's plugin (``--plugin-bin``) on this node, on the NVIDIA host built
@@ -487,24 +566,6 @@ class EmbeddedProvider:
 
             wait_until(f"a whole ResourceSlice pool of node {lay.name} ({who}, {driver})",
                        complete, self.policy, watch=[rec])
-
-    def _record(self, rec: ProcessRecord, st: ClusterState) -> None:
-        st.processes[rec.name] = rec
-        st.save()
-
-    def _start_compute_domains(self, st: ClusterState, envs: dict[str, dict[str, str]]) -> None:
-        """The compute-domain plugin on every GPU node, then the ComputeDomain controller
-        (fakegpu/cluster/computedomains.py)."""
-        for n in st.nodes:
-            if n.has_gpus:
-                lay = st.layout(n)
-                self._record(computedomains.start_plugin(lay, st.driver, envs[lay.name]), st)
-        with kubeapi.session(st.kubeconfig) as api:
-            kubeconfig = computedomains.controller_credentials(
-                api, st.cp_dir, server=st.server, ca=st.cp_dir / "pki" / "ca.crt",
-                cluster=st.name)
-        self._record(computedomains.start_controller(
-            kubeconfig, st.driver, st.workload_image, st.cp_dir / "logs"), st)
 
     # --- protocol: delete ---------------------------------------------------------------------
 
@@ -555,7 +616,7 @@ class EmbeddedProvider:
             lay = st.layout(n)
             if ext := st.processes.get(f"extplugin/{n.name}"):
                 terminate(ext)
-            for comp in ("plugin", computedomains.PLUGIN, "kubelet"):
+            for comp in ("plugin-pending", "plugin", computedomains.PLUGIN, "kubelet"):
                 rec = st.processes.get(f"{comp}/{n.name}")
                 if rec:
                     terminate(rec)
@@ -590,6 +651,14 @@ class EmbeddedProvider:
                 plugin_state_dir=lay.plugin_state_dir, kubelet_root=lay.kubelet_root,
                 running=n.running and alive,
             ))
+        # Plugin instances alive per node: during an upgrade two (the serving one and the new
+        # one, "pending" until the kubelet registered it).
+        plugins = {n.name: [{"version": n.plugin_version if key == "plugin" else "",
+                             "instance": pluginupgrade.instance_of(r), "role": key}
+                            for key in ("plugin", "plugin-pending")
+                            if (r := st.processes.get(f"{key}/{n.name}")) is not None
+                            and is_alive(r)]
+                   for n in st.nodes}
         cp_alive = {c: is_alive(r) for c in ("etcd", "kube-apiserver",
                                              "kube-controller-manager", "kube-scheduler")
                     if (r := st.processes.get(c)) is not None}
@@ -601,7 +670,7 @@ class EmbeddedProvider:
             kubeconfig=st.kubeconfig, topology=Path(st.topology), driver_name=st.driver,
             workload_image=st.workload_image, nodes=tuple(nodes),
             extra={"phase": st.phase, "server": st.server, "dir": str(root),
-                   "control_plane": cp_alive,
+                   "control_plane": cp_alive, "plugins": plugins,
                    "node_ips": {n.name: st.layout(n).ip for n in st.nodes},
                    "simulated_nodes": len(st.simulated)},
         )
@@ -668,7 +737,7 @@ class EmbeddedProvider:
         n = st.node(node)
         if ext := st.processes.get(f"extplugin/{node}"):
             terminate(ext)
-        for comp in ("plugin", computedomains.PLUGIN, "kubelet", "containerd"):
+        for comp in ("plugin-pending", "plugin", computedomains.PLUGIN, "kubelet", "containerd"):
             rec = st.processes.get(f"{comp}/{node}")
             if rec:
                 terminate(rec)
@@ -698,7 +767,8 @@ class EmbeddedProvider:
                 st.processes.get(f"extplugin/{node}", _DEAD)):
             self._start_external(st, lay, env)
         if runs_own_plugin(st) and not is_alive(st.processes.get(f"plugin/{node}", _DEAD)):
-            self._start_plugin(st, lay, env)
+            self._start_plugin(st, lay, env, version=n.plugin_version,
+                               instance=n.plugin_instance)
         if n.has_gpus:
             self._wait_slices(st, lay)
         if runs_own_plugin(st) and n.has_gpus and not is_alive(

@@ -14,8 +14,9 @@ import contextlib
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -23,6 +24,9 @@ from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, Provider, Provisioning
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.topology.load import load_topology
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.pluginupgrade import Target
 
 
 class Progress:
@@ -148,3 +152,7 @@ class Lifecycle:
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
         return self.provider.node_nvml(validate_name(name), node, args)
+
+    def upgrade_plugin(self, name: str, target: Target,
+                       say: Callable[[str], None] = lambda _line: None) -> list[str]:
+        return self.provider.upgrade_plugin(validate_name(name), target, say)

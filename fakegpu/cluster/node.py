@@ -483,8 +483,12 @@ def start_plugin(
     nvml_env: Mapping[str, str],
     *,
     extra_args: Sequence[str] = (),
+    instance_id: str = "",
 ) -> ProcessRecord:
+    """Start the node's plugin. An ``instance_id`` (upgrades: two instances overlap) gives it
+    sockets and a log file of its own; ``nvml_env`` may carry its version stamp too."""
     env = dict(os.environ)
+    env.pop("POD_UID", None)  # the instance id is ours to give, never inherited
     env.update(nvml_env)
     # NVML and nvidia-smi inside prepared containers (plugin/nvmlmounts.py): a host process's
     # paths are the node's. nvidia-smi is built here, not during the first prepare.
@@ -500,8 +504,9 @@ def start_plugin(
         "--kubelet-root", str(layout.kubelet_root),
         "--cdi-root", str(layout.cdi_dir),
         "--state-dir", str(layout.plugin_state_dir),
+        *(["--instance-id", instance_id] if instance_id else []),
         *extra_args,
-    ], layout.log_dir / "plugin.log", env=env)
+    ], layout.log_dir / (f"plugin-{instance_id}.log" if instance_id else "plugin.log"), env=env)
 
 
 def shim_pids(layout: NodeLayout) -> list[int]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from fakegpu.cluster.pluginupgrade import Target
     from fakegpu.topology.model import Topology
 
 
@@ -158,6 +159,14 @@ class Provider(Protocol):
         """Start a stopped worker again and wait until it is Ready."""
         ...
 
+    def upgrade_plugin(self, name: str, target: Target,
+                       say: Callable[[str], None] = ...) -> list[str]:
+        """Roll every worker's plugin to ``target`` (version, strategy), node by node, as the
+        DaemonSet does (``fakegpu.cluster.pluginupgrade``); the nodes it changed.
+        UpgradeStalled when a new instance never becomes ready (the old one keeps serving).
+        """
+        ...
+
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
         """Run ``fakegpu <args> --state <node's NVML state>`` where that state lives.
@@ -199,6 +208,9 @@ class Clusters(Protocol):
     def stop_node(self, name: str, node: str) -> None: ...
 
     def start_node(self, name: str, node: str) -> None: ...
+
+    def upgrade_plugin(self, name: str, target: Target,
+                       say: Callable[[str], None] = ...) -> list[str]: ...
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]: ...

@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -31,6 +31,9 @@ from fakegpu.deploy import manifests
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.model import Topology
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.pluginupgrade import Target
 
 DEFAULT_DRIVER = "gpu.fakegpu.dev"
 NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
@@ -381,6 +384,12 @@ class KindProvider:
                     "/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
                     "--state", f"{STATE_DIR_IN_POD}/{node}.state"],
                    timeout=120, check=False)
+
+    def upgrade_plugin(self, name: str, target: Target,
+                       say: Callable[[str], None] = lambda _line: None) -> list[str]:
+        from fakegpu.cluster.kind import upgrade
+
+        return upgrade.upgrade(self, self._ready_state(name), target, say)
 
     def _node_ready(self, st: KindState, node: str) -> bool:
         with kubeapi.session(st.kubeconfig) as api:

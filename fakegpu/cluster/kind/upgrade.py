@@ -1,0 +1,109 @@
+"""kind: roll the plugin DaemonSet to another version, as a driver vendor does: ``helm upgrade``.
+
+The version is baked into the cluster's plugin image of this tree (one layer writing
+``/opt/fakegpu/VERSION``, ``fakegpu/plugin/version.py``; a broken release is stamped
+``<version>-broken``), loaded into the workers and set as the chart's ``image.tag``;
+``upgradeStrategy`` picks maxSurge 1 / maxUnavailable 0 (surge) or 0 / 1 (sequential). The
+rollout is then watched on the DaemonSet: done when every node runs an updated, available pod;
+stalled when it makes no progress for the allowed time (a new pod that never becomes Ready
+holds it, as Kubernetes does, and the old pod of that node keeps serving). Upgrading to the
+serving version again is the rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from fakegpu.cluster.kind import dockerhost, image, tools
+from fakegpu.cluster.pluginupgrade import Target, UpgradeStalled
+from fakegpu.cluster.process import run
+from fakegpu.errors import InvalidInput
+from fakegpu.kube import api as kubeapi
+from fakegpu.plugin import version as plugin_version
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.kind.provider import KindProvider, KindState
+
+DAEMONSET = "fakegpu"  # the chart's fullname for release "fakegpu"
+
+
+def rollout_state(ds: Mapping[str, Any]) -> tuple[bool, int]:
+    """(done, progress) of a DaemonSet rollout, from its status. Pure.
+
+    Done: the controller saw the latest spec and every scheduled node runs an updated,
+    available pod with no old one left. Progress counts updated and available pods, so a
+    stall is a progress that stops changing.
+    """
+    meta, status = ds.get("metadata") or {}, ds.get("status") or {}
+    desired = int(status.get("desiredNumberScheduled") or 0)
+    updated = int(status.get("updatedNumberScheduled") or 0)
+    available = int(status.get("numberAvailable") or 0)
+    current = int(status.get("currentNumberScheduled") or 0)
+    seen = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+    done = (seen and desired > 0 and updated == desired and available == desired
+            and current == desired and not int(status.get("numberUnavailable") or 0))
+    return done, updated + available
+
+
+def stamp(target: Target) -> str:
+    if target.broken and not target.version.endswith(plugin_version.BROKEN_SUFFIX):
+        return target.version + plugin_version.BROKEN_SUFFIX
+    return target.version
+
+
+def upgrade(p: KindProvider, st: KindState, target: Target,
+            say: Callable[[str], None]) -> list[str]:
+    if target.nodes or target.kill_old:
+        raise InvalidInput("kind upgrades roll the plugin DaemonSet on every node and let "
+                           "Kubernetes stop the old pods: a partial rollout (nodes) or a kill "
+                           "of the old instance needs the embedded provider")
+    from fakegpu.cluster.kind.provider import CHART, NAMESPACE, RELEASE
+
+    docker = dockerhost.docker_client()
+    if docker is None:
+        raise InvalidInput("no Docker client for the kind cluster")
+    # The cluster's own image of this tree, stamped (plugin_version checked the version: a
+    # safe tag and shell word).
+    ref = image.stamped(docker, st.plugin_image, stamp(target))
+    say(f"loading {ref} into the workers")
+    p._kind("load", "docker-image", ref, "--name", st.name,
+            "--nodes", ",".join(st.containers[w] for w in st.workers))
+    repo, tag = ref.rsplit(":", 1)
+    env = ([{"name": plugin_version.PREPARE_DELAY_ENV, "value": str(target.prepare_delay_s)}]
+           if target.prepare_delay_s else [])
+    helm = tools.executable(tools.helm(), p.console)
+    say(f"helm upgrade to {tag} ({target.strategy})")
+    run([str(helm), "upgrade", RELEASE, str(CHART), "--kubeconfig", str(st.kubeconfig),
+         "-n", NAMESPACE, "--reuse-values", "--set", f"image.repository={repo}",
+         "--set", f"image.tag={tag}", "--set", f"upgradeStrategy={target.strategy}",
+         "--set-json", f"extraEnv={json.dumps(env)}"], timeout=300)
+    wait_rollout(st, NAMESPACE, target, target.ready_timeout_s or p.policy.timeout, say)
+    return list(st.workers)
+
+
+def wait_rollout(st: KindState, namespace: str, target: Target, stall_s: float,
+                 say: Callable[[str], None]) -> None:
+    """Until the DaemonSet's rollout is done; UpgradeStalled after ``stall_s`` without
+    progress (a new pod that never becomes Ready)."""
+    last, since = -1, time.monotonic()
+    while True:
+        with kubeapi.session(st.kubeconfig) as api:
+            ds = kubeapi.get_json(api, f"/apis/apps/v1/namespaces/{namespace}/daemonsets/"
+                                       f"{DAEMONSET}")
+        done, progress = rollout_state(ds)
+        if done:
+            return
+        if progress != last:
+            last, since = progress, time.monotonic()
+            say(f"rollout of {target.version}: {progress} updated+available")
+        elif time.monotonic() - since > stall_s:
+            status = ds.get("status") or {}
+            raise UpgradeStalled(
+                f"plugin version {target.version}: the DaemonSet rollout made no progress for "
+                f"{stall_s:.0f}s (updated {status.get('updatedNumberScheduled', 0)}, available "
+                f"{status.get('numberAvailable', 0)} of {status.get('desiredNumberScheduled')});"
+                " the old pods keep serving the nodes not yet updated")
+        time.sleep(1.0)
