@@ -25,10 +25,14 @@ ifeq ($(strip $(PYTEST_ARGS)),)
 	$(MAKE) --no-print-directory test-kind
 endif
 
+# NVIDIA's demo shapes (e2e/nvidia/) run here: their manifests name ubuntu:22.04 and a CUDA
+# base image, pre-loaded as tags of the workload image (--fakegpu-image-alias).
+NVIDIA_IMAGES := ubuntu:22.04 nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
 test-nvidia: $(STAMP)
 	$(VENV)/bin/python -m pytest fakegpu/conformance e2e/test_nvidia_compatible.py \
-		e2e/test_computedomain.py e2e/test_basic_allocation.py --fakegpu-driver nvidia --cluster-name fakegpu-e2e-nv \
-		--junitxml=reports/junit-nvidia.xml
+		e2e/test_computedomain.py e2e/test_basic_allocation.py e2e/nvidia --fakegpu-driver nvidia \
+		$(foreach image,$(NVIDIA_IMAGES),--fakegpu-image-alias $(image)) \
+		--cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
 
 test-kind: $(STAMP)
 	$(VENV)/bin/python -m pytest e2e tests/kind -m e2e --fakegpu-provider kind \

@@ -2,12 +2,14 @@
 shows exactly the GPUs its claim got, with the UUIDs the ResourceSlice publishes, and nothing
 else of the node.
 
-Embedded provider only: its plugins run on the host, so the CDI spec can mount the node's NVML
-state and the tools (fakegpu/plugin/nvmlmounts.py); kind's plugin pods leave specs as before.
+Both providers: the embedded one's plugins run on the host, so the CDI spec mounts the node's
+NVML state and the tools by their own paths; kind's plugin pods name the node's paths (the
+state volume's, and the tools the provider copies onto each node: fakegpu/plugin/nvmlmounts.py).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -23,9 +25,10 @@ from fakegpu.testkit.dra import (
     pod_claim_name,
     pod_manifest,
     published_device,
+    run_gpu_pod,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded")]
+pytestmark = pytest.mark.e2e
 
 
 def _claim_gpus(fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api,
@@ -73,3 +76,42 @@ def test_nvml_in_the_pod_hides_the_other_gpus_of_the_node(fakegpu_cluster: Clust
     out = k8s.exec_in_pod(core_v1, namespace, "p", [
         "nvidia-smi", "--query-gpu=count,index,uuid", "--format=csv,noheader"]).stdout
     assert out.splitlines() == [f"1, 0, {mine}"]
+
+
+_PYNVML = ("import json, pynvml as n; n.nvmlInit(); "
+           "print(json.dumps([n.nvmlDeviceGetUUID(n.nvmlDeviceGetHandleByIndex(i)) "
+           "for i in range(n.nvmlDeviceGetCount())]))")
+
+
+def _python_image(core_v1: kclient.CoreV1Api) -> str | None:
+    """An image with Python and pynvml that every worker holds, if any: kind workers hold
+    fakegpu's plugin image (a venv with nvidia-ml-py); embedded nodes only pause and busybox."""
+    held = []
+    for node in core_v1.list_node(label_selector="!node-role.kubernetes.io/control-plane").items:
+        status: Any = node.status
+        names = {n for image in status.images or () for n in image.names or ()
+                 if "/fakegpu-plugin:" in n and "@" not in n}
+        held.append(names)
+    common = set.intersection(*held) if held else set()
+    return min(common) if common else None
+
+
+def test_pynvml_in_a_python_pod_sees_the_claims_gpus(fakegpu_cluster: ClusterInfo,
+                                                    core_v1: kclient.CoreV1Api,
+                                                    resource_api: ResourceApi,
+                                                    namespace: str) -> None:
+    image = _python_image(core_v1)
+    if image is None:
+        pytest.skip("MISSING PREREQUISITE: no image with Python and pynvml on the workers "
+                    "(kind workers hold fakegpu's plugin image; embedded nodes do not)")
+    driver = fakegpu_cluster.driver_name
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "py", image, driver, count=2,
+                           template="gpus", claim="gpus", command=[
+                               "/opt/fakegpu/bin/python", "-c", "import time; time.sleep(3600)"])
+    claim = resource_api.claim(namespace, pod_claim_name(pod, "gpus"))
+    devices = [published_device(resource_api, driver, r["pool"], r["device"])
+               for r in allocation_results(claim, driver)]
+    out = k8s.exec_in_pod(core_v1, namespace, "py", ["/opt/fakegpu/bin/python", "-c",
+                                                     _PYNVML]).stdout
+    ordered = sorted(devices, key=lambda d: int(attribute_value(d, "index")))
+    assert json.loads(out) == [attribute_value(d, "uuid") for d in ordered]

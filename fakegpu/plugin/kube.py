@@ -6,6 +6,7 @@ callers decide whether to retry (slices) or report it on the claim (prepare).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -30,7 +31,21 @@ class KubeError(Exception):
 def _wrap(what: str, err: Exception) -> KubeError:
     status = int(getattr(err, "status", 0) or 0)
     reason = getattr(err, "reason", None) or str(err).splitlines()[0]
-    return KubeError(f"{what}: {f'HTTP {status} ' if status else ''}{reason}", status)
+    # The apiserver's Status says which field it refused (a 422's reason alone does not).
+    detail = _status_message(getattr(err, "body", None))
+    return KubeError(f"{what}: {f'HTTP {status} ' if status else ''}{reason}"
+                     f"{f': {detail}' if detail else ''}", status)
+
+
+def _status_message(body: object) -> str:
+    """The ``message`` of an API error's Status body, if it is one."""
+    if not isinstance(body, str | bytes) or not body:
+        return ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ""
+    return str(parsed.get("message") or "") if isinstance(parsed, dict) else ""
 
 
 class Kube:
