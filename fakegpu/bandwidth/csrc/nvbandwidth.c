@@ -341,7 +341,8 @@ static void print_json(int rank, int world)
     for (int i = 0; i < nall; i++) {
         if (all[i].rank != rank) continue;
         printf("%s\n  {\"from\": %d, \"bandwidth\": [", first ? "" : ",", i);
-        char paths[MAX_ALL * 16] = "";
+        static char paths[MAX_ALL * 24]; /* ", \"nvlink-fabric\"" per GPU at most */
+        paths[0] = '\0';
         for (int j = 0; j < nall; j++) {
             double v;
             const char *p = pair(&all[i], &all[j], &v);
