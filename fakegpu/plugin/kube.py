@@ -131,11 +131,21 @@ class Kube:
         return cast(dict[str, Any], obj)
 
     def replace_claim_status(self, claim: dict[str, Any]) -> None:
+        """Write ``claim``'s ``status.devices`` (the part of the status a driver owns), if the
+        claim is still at the resourceVersion it was read at (else HTTP 409).
+
+        A merge patch of that list, not a replace of the status: a replace sends
+        ``status.allocation`` back too, and its opaque config parameters come back from JSON
+        re-serialized (other spacing); the apiserver compares them byte for byte with the
+        stored ones and refuses the "change" to an immutable field (HTTP 422), so no claim
+        with a config (time-slicing, MPS, ...) could get device status."""
         meta = claim["metadata"]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "status": {"devices": (claim.get("status") or {}).get("devices") or []}}
         try:
-            self._objects().replace_namespaced_custom_object_status(
-                GROUP, self.version(), meta["namespace"], "resourceclaims", meta["name"], claim,
-                _request_timeout=TIMEOUT_S)
+            self._objects().patch_namespaced_custom_object_status(
+                GROUP, self.version(), meta["namespace"], "resourceclaims", meta["name"], body,
+                _content_type="application/merge-patch+json", _request_timeout=TIMEOUT_S)
         except KubeError:
             raise
         except Exception as err:
