@@ -42,3 +42,19 @@ def test_fleet_cli_refuses_a_topology_without_simulated_nodes(tmp_path: Path) ->
     assert proc.returncode == EXIT_INVALID
     assert proc.stderr.strip().splitlines()[-1].endswith(
         "dgx-h100.yaml: no simulated nodes (nodes[].simulated: true)")
+
+
+def test_kind_refuses_a_fleet_in_one_line() -> None:
+    import pytest
+
+    from fakegpu.cluster.kind.provider import KindProvider
+    from fakegpu.cluster.provider import ClusterSpec
+    from fakegpu.errors import InvalidInput
+    from fakegpu.topology.load import load_topology
+
+    path = ROOT / "fixtures" / "fleet-small.yaml"
+    spec = ClusterSpec("fg-x", path, load_topology(path), "1.37.2")
+    with pytest.raises(InvalidInput) as err:
+        KindProvider().check_host(spec)
+    assert str(err.value) == (f"{path}: simulated nodes (fleets) need the embedded provider; "
+                              "the kind provider does not run them")

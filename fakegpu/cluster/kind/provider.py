@@ -128,6 +128,11 @@ class KindProvider:
 
     def check_host(self, spec: ClusterSpec) -> None:
         """Docker and the tools are obtained by the first action (they may need a build)."""
+        if spec.topology.simulated_nodes:
+            # Each topology node would become a node container (docs/scale.md: what kind
+            # needs for fleets).
+            raise InvalidInput(f"{spec.topology_file}: simulated nodes (fleets) need the "
+                               "embedded provider; the kind provider does not run them")
 
     def provision(self, spec: ClusterSpec) -> _Bringup:
         return _Bringup(self, spec)
