@@ -21,6 +21,7 @@ from fakegpu.testkit.dra import (
     cel_match,
     pod_claim_name,
     pod_manifest,
+    run_gpu_pod,
 )
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +33,6 @@ ADMIN_LABEL = "resource.kubernetes.io/admin-access"
 SLEEP = ["sleep", "3600"]
 
 
-def exec_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
-    return k8s.parse_env(k8s.exec_in_pod(core, namespace, pod, ["env"]).stdout)
-
-
 def test_admin_access_needs_the_namespace_label_and_shares_a_device_in_use(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -45,14 +42,10 @@ def test_admin_access_needs_the_namespace_label_and_shares_a_device_in_use(
     driver = fakegpu_cluster.driver_name
     image = fakegpu_cluster.workload_image
     # A pod using a GPU the ordinary way.
-    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
-        "one", [resource_api.device_request("gpu", driver)]), namespace)
-    k8s.create_pod(core_v1, namespace, pod_manifest(
-        "user", image, SLEEP, [PodClaim("gpu", template="one")]))
-    user: Any = k8s.wait_pod_running(core_v1, namespace, "user")
+    user: Any = run_gpu_pod(core_v1, resource_api, namespace, "user", image, driver)
     [used] = allocation_results(resource_api.claim(namespace, pod_claim_name(user, "gpu")),
                                 driver)
-    seen = exec_env(core_v1, namespace, "user")["NVIDIA_VISIBLE_DEVICES"]
+    seen = k8s.exec_env(core_v1, namespace, "user")["NVIDIA_VISIBLE_DEVICES"]
 
     # An admin claim for exactly that GPU.
     admin = resource_api.claim_manifest("admin", [resource_api.device_request(
@@ -76,8 +69,8 @@ def test_admin_access_needs_the_namespace_label_and_shares_a_device_in_use(
     [got] = allocation_results(resource_api.claim(namespace, "admin"), driver)
     assert (got["pool"], got["device"]) == (used["pool"], used["device"])
     assert got.get("adminAccess") is True, got
-    env = exec_env(core_v1, namespace, "admin")
+    env = k8s.exec_env(core_v1, namespace, "admin")
     assert env.get("DRA_ADMIN_ACCESS") == "true", env
     assert env["NVIDIA_VISIBLE_DEVICES"] == seen
     # The ordinary pod keeps its GPU, unaware of the admin.
-    assert "DRA_ADMIN_ACCESS" not in exec_env(core_v1, namespace, "user")
+    assert "DRA_ADMIN_ACCESS" not in k8s.exec_env(core_v1, namespace, "user")

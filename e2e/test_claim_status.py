@@ -13,11 +13,10 @@ from kubernetes import client as kclient
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.dra import (
-    PodClaim,
     ResourceApi,
     allocation_results,
     pod_claim_name,
-    pod_manifest,
+    run_gpu_pod,
 )
 from fakegpu.testkit.wait import NotYet, wait_for
 
@@ -56,12 +55,8 @@ def test_device_status_names_the_gpu_and_follows_its_health(
     fault_guard: list[tuple[str, int]],
 ) -> None:
     driver = fakegpu_cluster.driver_name
-    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
-        "one", [resource_api.device_request("gpu", driver)]), namespace)
-    k8s.create_pod(core_v1, namespace, pod_manifest(
-        "user", fakegpu_cluster.workload_image, ["sleep", "3600"],
-        [PodClaim("gpu", template="one")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "user")
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "user",
+                           fakegpu_cluster.workload_image, driver)
     claim = pod_claim_name(pod, "gpu")
     env = k8s.parse_env(k8s.exec_in_pod(core_v1, namespace, "user", ["env"]).stdout)
 

@@ -18,8 +18,6 @@ from fakegpu.testkit.dra import ResourceApi, allocation_results, pod_manifest
 
 pytestmark = pytest.mark.e2e
 
-ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
-
 
 def test_a_pod_asking_for_the_extended_resource_gets_gpus_through_dra(
     fakegpu_cluster: ClusterInfo,
@@ -35,8 +33,7 @@ def test_a_pod_asking_for_the_extended_resource_gets_gpus_through_dra(
                     "it (DRAExtendedResource off, or Kubernetes before 1.34)")
     assert name == driver.removeprefix("gpu.") + "/gpu"
 
-    manifest = pod_manifest("legacy", fakegpu_cluster.workload_image,
-                            ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"])
+    manifest = pod_manifest("legacy", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT)
     manifest["spec"]["containers"][0]["resources"] = {"limits": {name: "2"}}
     k8s.create_pod(core_v1, namespace, manifest)
     k8s.wait_pod_running(core_v1, namespace, "legacy")
@@ -50,7 +47,7 @@ def test_a_pod_asking_for_the_extended_resource_gets_gpus_through_dra(
     assert len(results) == 2, results
     assert {r["pool"] for r in results} == {pod["spec"]["nodeName"]}
 
-    env = k8s.parse_env(k8s.exec_in_pod(core_v1, namespace, "legacy", ["env"]).stdout)
+    env = k8s.exec_env(core_v1, namespace, "legacy")
     visible = [u for u in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if u]
     assert len(visible) == 2, env
     # The GPUs the pod sees are the allocated devices, as the node's slice publishes them.

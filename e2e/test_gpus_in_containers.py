@@ -18,12 +18,10 @@ from kubernetes import client as kclient
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
-    PodClaim,
     ResourceApi,
     allocation_results,
     attribute_value,
     pod_claim_name,
-    pod_manifest,
     published_device,
     run_gpu_pod,
 )
@@ -35,13 +33,8 @@ def _claim_gpus(fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api,
                 resource_api: ResourceApi, namespace: str, count: int
                 ) -> tuple[Any, list[dict[str, Any]]]:
     driver = fakegpu_cluster.driver_name
-    request = resource_api.device_request("gpus", driver, count=count)
-    resource_api.create("resourceclaimtemplates",
-                        resource_api.claim_template("gpus", [request]), namespace)
-    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "p", fakegpu_cluster.workload_image, ["sleep", "3600"],
-        [PodClaim("gpus", template="gpus")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "p")
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "p", fakegpu_cluster.workload_image,
+                           driver, count=count, template="gpus", claim="gpus")
     claim = resource_api.claim(namespace, pod_claim_name(pod, "gpus"))
     devices = [published_device(resource_api, driver, r["pool"], r["device"])
                for r in allocation_results(claim, driver)]

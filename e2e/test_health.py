@@ -15,11 +15,10 @@ from kubernetes import client as kclient
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.dra import (
-    PodClaim,
     ResourceApi,
     allocation_results,
     pod_claim_name,
-    pod_manifest,
+    run_gpu_pod,
     slice_device,
 )
 
@@ -49,12 +48,8 @@ def test_a_fault_shows_unhealthy_in_pod_status_and_clearing_it_healthy(
     fault_guard: list[tuple[str, int]],
 ) -> None:
     driver = fakegpu_cluster.driver_name
-    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
-        "one", [resource_api.device_request("gpu", driver)]), namespace)
-    k8s.create_pod(core_v1, namespace, pod_manifest(
-        "watched", fakegpu_cluster.workload_image, ["sleep", "3600"],
-        [PodClaim("gpu", template="one")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "watched")
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "watched",
+                           fakegpu_cluster.workload_image, driver)
     node = pod.spec.node_name
     if not kubelet_gate(core_v1, k8s_client, node):
         pytest.skip(f"the kubelet of {node} runs without the {GATE} feature gate: it does not "

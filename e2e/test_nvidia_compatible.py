@@ -15,13 +15,12 @@ from kubernetes import client as kclient
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
-    PodClaim,
     ResourceApi,
     allocation_results,
     attribute_value,
     cel_string,
     pod_claim_name,
-    pod_manifest,
+    run_gpu_pod,
 )
 
 pytestmark = pytest.mark.e2e
@@ -55,14 +54,9 @@ def test_a_selector_on_index_gets_that_gpu(fakegpu_cluster: ClusterInfo,
     indexes = sorted({attribute_value(d, "index") for d in gpus} - {None})
     assert indexes, f"no GPU of {driver} publishes an index attribute"
     wanted = indexes[-1]  # the highest: not what an unconstrained allocation picks first
-    request = resource_api.device_request("gpu", driver, count=1, cel=[
-        f"device.attributes[{cel_string(driver)}].index == {wanted}"])
-    resource_api.create("resourceclaimtemplates",
-                        resource_api.claim_template("by-index", [request]), namespace)
-    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "p", fakegpu_cluster.workload_image, ["sleep", "3600"],
-        [PodClaim("gpu", template="by-index")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "p")
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "p", fakegpu_cluster.workload_image,
+                           driver, template="by-index",
+                           cel=[f"device.attributes[{cel_string(driver)}].index == {wanted}"])
     claim = resource_api.claim(namespace, pod_claim_name(pod, "gpu"))
     (result,) = allocation_results(claim, driver)
     (device,) = [d for s in resource_api.slices(driver, pod.spec.node_name)

@@ -36,9 +36,6 @@ from fakegpu.testkit.wait import NotYet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/partitioning.yaml")]
 
-ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
-PRINT_ENV_AND_WAIT = ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"]
-SCHEDULER_CANNOT_ALLOCATE = "cannot allocate all claims"
 STATIC_NODE = "a100-mig"  # fixtures/partitioning.yaml: MIG devices made beforehand
 DYNAMIC_NODE = "h100-dyn"  # one H100 whose plugin runs with --dynamic-mig
 
@@ -86,19 +83,6 @@ def allocated(api: ResourceApi, namespace: str, pod: Any, pod_claim: str, driver
     return out
 
 
-def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
-    """The environment the pod printed at start (waits until the print is complete)."""
-
-    def complete() -> str:
-        text = k8s.pod_log(core, namespace, pod)
-        if ENV_DONE not in text:
-            raise NotYet(f"log so far: {text[-300:]!r}")
-        return text
-
-    return k8s.parse_env(wait_for(complete, what=f"pod {namespace}/{pod} to print its env",
-                                  timeout=60))
-
-
 def visible(env: Mapping[str, str]) -> list[str]:
     assert "NVIDIA_VISIBLE_DEVICES" in env, f"no NVIDIA_VISIBLE_DEVICES in the pod's env: {env}"
     return [u for u in env["NVIDIA_VISIBLE_DEVICES"].split(",") if u]
@@ -111,7 +95,7 @@ def profile_is(driver: str, profile: str) -> str:
 def run_pod(core: kclient.CoreV1Api, namespace: str, image: str, name: str, claim: PodClaim
             ) -> Any:
     core.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        name, image, PRINT_ENV_AND_WAIT, [claim]))
+        name, image, k8s.PRINT_ENV_AND_WAIT, [claim]))
     return k8s.wait_pod_running(core, namespace, name)
 
 
@@ -147,7 +131,7 @@ def test_a_mig_profile_selector_gives_the_pod_that_mig_device(
     assert device[f"{driver}/profile"] == "2g.10gb"
     # NVIDIA's device name: gpu-<minor>-mig-<profile>-<GI profile id>-<placement start>.
     assert device["name"].split("-mig-")[1].startswith("2g10gb-14-"), device["name"]
-    env = logged_env(core_v1, namespace, "mig-pod")
+    env = k8s.logged_env(core_v1, namespace, "mig-pod")
     assert visible(env) == [device[f"{driver}/uuid"]]
     assert visible(env)[0].startswith("MIG-")
 
@@ -171,7 +155,7 @@ def test_the_quickstart_demos_four_mig_devices_of_one_gpu_in_one_pod(
     assert profiles == ["1g.5gb", "1g.5gb", "2g.10gb", "3g.20gb"], got
     parents = {d[f"{driver}/parentUUID"] for _, d in got}
     assert len(parents) == 1, f"four MIG devices from {len(parents)} GPUs: {got}"
-    env = logged_env(core_v1, namespace, "demo-pod")
+    env = k8s.logged_env(core_v1, namespace, "demo-pod")
     assert sorted(visible(env)) == sorted(d[f"{driver}/uuid"] for _, d in got)
 
 
@@ -197,7 +181,7 @@ def test_parent_constraint_keeps_each_claim_on_one_gpu(
         mine = {d[f"{driver}/parentUUID"] for _, d in got}
         assert len(mine) == 1, f"pod {name} got MIG devices of {len(mine)} GPUs: {got}"
         parents.append(mine.pop())
-        assert sorted(visible(logged_env(core_v1, namespace, name))) == sorted(
+        assert sorted(visible(k8s.logged_env(core_v1, namespace, name))) == sorted(
             d[f"{driver}/uuid"] for _, d in got)
     assert parents[0] != parents[1], "two pods were given MIG devices of the same GPU"
 
@@ -223,18 +207,11 @@ def test_a_gpu_in_mig_mode_is_not_offered_whole(
     resource_api.create("resourceclaimtemplates",
                         resource_api.claim_template("two", [request]), namespace)
     core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "greedy", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        "greedy", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
         [PodClaim("gpus", template="two")]))
 
-    def refused() -> Any:
-        pod: Any = k8s.read_pod(core_v1, namespace, "greedy")
-        cond = k8s.pod_condition(pod, "PodScheduled")
-        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
-                cond.message or ""):
-            raise NotYet(f"PodScheduled: {cond}")
-        return pod
-
-    pod: Any = wait_for(refused, what="the scheduler to refuse two whole GPUs", timeout=120)
+    pod: Any = k8s.wait_unschedulable(core_v1, namespace, "greedy",
+                                      what="the scheduler to refuse two whole GPUs")
     assert pod.spec.node_name is None
     # One whole GPU is there to be had.
     request = resource_api.device_request("gpu", driver, count=1)
@@ -243,7 +220,7 @@ def test_a_gpu_in_mig_mode_is_not_offered_whole(
     pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "modest",
                   PodClaim("gpu", template="one"))
     [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
-    assert visible(logged_env(core_v1, namespace, "modest")) == [device[f"{driver}/uuid"]]
+    assert visible(k8s.logged_env(core_v1, namespace, "modest")) == [device[f"{driver}/uuid"]]
 
 
 # --- dynamic MIG ----------------------------------------------------------------------------------
@@ -301,7 +278,7 @@ def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
         assert device[f"{driver}/profile"] == profile
         assert f"{driver}/uuid" not in device  # a placement: it exists only once claimed
         parents.add(device[f"{driver}/parentUUID"])
-        [uuid] = visible(logged_env(core_v1, namespace, name))
+        [uuid] = visible(k8s.logged_env(core_v1, namespace, name))
         assert uuid.startswith("MIG-")
         assert status_uuids(resource_api, namespace, pod, "mig") == [uuid]
         seen[name] = uuid
@@ -337,18 +314,16 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
     names = [f"p{i}" for i in range(8)]
     for name in names:
         core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-            name, fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+            name, fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
             [PodClaim("mig", template="one-1g")]))
 
     def seven_and_one() -> tuple[list[str], str]:
         running, refused = [], []
         for name in names:
             pod: Any = k8s.read_pod(core_v1, namespace, name)
-            cond = k8s.pod_condition(pod, "PodScheduled")
             if pod.status.phase == "Running":
                 running.append(name)
-            elif cond is not None and cond.status == "False" and \
-                    SCHEDULER_CANNOT_ALLOCATE in (cond.message or ""):
+            elif k8s.claims_refused(pod):
                 refused.append(name)
         if len(running) != 7 or len(refused) != 1:
             raise NotYet(f"running {running}, refused {refused}")
@@ -361,7 +336,7 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
         pod: Any = k8s.read_pod(core_v1, namespace, name)
         [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
         assert device["name"].startswith("gpu-0-mig-1g10gb-19-"), device["name"]
-        [uuids[name]] = visible(logged_env(core_v1, namespace, name))
+        [uuids[name]] = visible(k8s.logged_env(core_v1, namespace, name))
     assert len(set(uuids.values())) == 7 and all(u.startswith("MIG-") for u in uuids.values())
 
     core_v1.delete_namespaced_pod(running[0], namespace, grace_period_seconds=0)
@@ -369,7 +344,7 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
     pod = k8s.wait_pod_running(core_v1, namespace, waiting, timeout=300)
     [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
     assert device[f"{driver}/profile"] == "1g.10gb"
-    [uuid] = visible(logged_env(core_v1, namespace, waiting))
+    [uuid] = visible(k8s.logged_env(core_v1, namespace, waiting))
     # A MIG device of its own: none of the six still running has it.
     assert uuid.startswith("MIG-") and uuid not in [uuids[n] for n in running[1:]]
 
@@ -390,24 +365,17 @@ def test_a_whole_gpu_claim_waits_until_the_partitions_are_gone(
     resource_api.create("resourceclaimtemplates", resource_api.claim_template(
         "whole", [resource_api.device_request("gpu", driver, cel=[h100])]), namespace)
     core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "whole", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        "whole", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
         [PodClaim("gpu", template="whole")]))
 
-    def refused() -> Any:
-        pod: Any = k8s.read_pod(core_v1, namespace, "whole")
-        cond = k8s.pod_condition(pod, "PodScheduled")
-        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
-                cond.message or ""):
-            raise NotYet(f"PodScheduled: {cond}")
-        return pod
-
-    wait_for(refused, what="the whole H100 to be refused beside a partition", timeout=120)
+    k8s.wait_unschedulable(core_v1, namespace, "whole",
+                           what="the whole H100 to be refused beside a partition")
     core_v1.delete_namespaced_pod("part", namespace, grace_period_seconds=0)
     k8s.wait_pod_gone(core_v1, namespace, "part")
     pod = k8s.wait_pod_running(core_v1, namespace, "whole", timeout=300)
     [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
     assert device["name"] == "gpu-0" and pod.spec.node_name == DYNAMIC_NODE
-    assert visible(logged_env(core_v1, namespace, "whole")) == [device[f"{driver}/uuid"]]
+    assert visible(k8s.logged_env(core_v1, namespace, "whole")) == [device[f"{driver}/uuid"]]
 
 # --- sharing configs ------------------------------------------------------------------------------
 
@@ -449,7 +417,7 @@ def test_two_pods_time_slice_one_gpu_and_see_the_claims_interval(
                     PodClaim("gpu", claim="shared")) for name in ("one", "two")]
     [(_, device)] = allocated(resource_api, namespace, pods[0], "gpu", driver)
     for pod in pods:
-        env = logged_env(core_v1, namespace, pod.metadata.name)
+        env = k8s.logged_env(core_v1, namespace, pod.metadata.name)
         assert visible(env) == [device[f"{driver}/uuid"]]
         assert device_env(env, device["name"], "SHARING_STRATEGY") == "TimeSlicing"
         assert device_env(env, device["name"], "TIMESLICE_INTERVAL") == "Long"
@@ -484,7 +452,7 @@ def test_mps_from_the_class_with_a_claim_override_per_request(
         pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "mps-pod",
                       PodClaim("mig", template="mps"))
         got = dict(allocated(resource_api, namespace, pod, "mig", driver))
-        env = logged_env(core_v1, namespace, "mps-pod")
+        env = k8s.logged_env(core_v1, namespace, "mps-pod")
         assert env.get("CUDA_MPS_PIPE_DIRECTORY") == "/tmp/nvidia-mps"
         a, b = got["a"]["name"], got["b"]["name"]
         assert device_env(env, a, "SHARING_STRATEGY") == "MPS"
@@ -519,7 +487,7 @@ def test_an_invalid_sharing_config_keeps_the_pod_from_starting_and_says_which_fi
     resource_api.create("resourceclaimtemplates", body, namespace)
     before = mig_uuids(smi(fakegpu_cluster, DYNAMIC_NODE))
     core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "refused", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        "refused", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
         [PodClaim("mig", template="bad")]))
     event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
                            involved="refused", timeout=180)
@@ -573,7 +541,7 @@ def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
     pods = {name: run_pod(core_v1, namespace, fakegpu_cluster.workload_image, f"pod-{name}",
                           PodClaim("gpu", claim=name)) for name in ("a", "b")}
     core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "pod-c", fakegpu_cluster.workload_image, PRINT_ENV_AND_WAIT,
+        "pod-c", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
         [PodClaim("gpu", claim="c")]))
 
     share_ids = {}
@@ -583,7 +551,7 @@ def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
         [result] = allocation_results(claim, driver)
         assert result["shareID"], result
         assert result.get("consumedCapacity", {}).get("memory") == "15Gi", result
-        env = logged_env(core_v1, namespace, f"pod-{name}")
+        env = k8s.logged_env(core_v1, namespace, f"pod-{name}")
         assert visible(env) == [uuid]
         assert device_env(env, result["device"], "SHARE_ID") == result["shareID"]
         statuses = (claim.get("status") or {}).get("devices") or []
@@ -591,18 +559,11 @@ def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
         share_ids[name] = result["shareID"]
     assert share_ids["a"] != share_ids["b"]
 
-    def refused() -> Any:
-        pod: Any = k8s.read_pod(core_v1, namespace, "pod-c")
-        cond = k8s.pod_condition(pod, "PodScheduled")
-        if cond is None or cond.status != "False" or SCHEDULER_CANNOT_ALLOCATE not in (
-                cond.message or ""):
-            raise NotYet(f"PodScheduled: {cond}")
-        return pod
-
-    wait_for(refused, what="the scheduler to refuse a third 15Gi share", timeout=120)
+    k8s.wait_unschedulable(core_v1, namespace, "pod-c",
+                           what="the scheduler to refuse a third 15Gi share")
     core_v1.delete_namespaced_pod("pod-a", namespace, grace_period_seconds=0)
     k8s.wait_pod_gone(core_v1, namespace, "pod-a")
     resource_api.delete("resourceclaims", "a", namespace)
     pod = k8s.wait_pod_running(core_v1, namespace, "pod-c", timeout=300)
     assert pod.spec.node_name == SHARED_NODE
-    assert visible(logged_env(core_v1, namespace, "pod-c")) == [uuid]
+    assert visible(k8s.logged_env(core_v1, namespace, "pod-c")) == [uuid]

@@ -14,14 +14,12 @@ import pytest
 from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
-from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
-    PodClaim,
     ResourceApi,
     allocated_node,
     allocation_results,
     pod_claim_name,
-    pod_manifest,
+    run_gpu_pod,
 )
 from fakegpu.testkit.wait import NotYet, wait_for
 
@@ -35,13 +33,8 @@ def test_prepared_claim_carries_the_plugins_device_status(
     namespace: str,
 ) -> None:
     driver = fakegpu_cluster.driver_name
-    request = resource_api.device_request("gpu", driver, count=1)
-    resource_api.create("resourceclaimtemplates",
-                        resource_api.claim_template("one-gpu", [request]), namespace)
-    core_v1.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
-        "status-pod", fakegpu_cluster.workload_image, ["sleep", "3600"],
-        [PodClaim("gpu", template="one-gpu")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "status-pod")
+    pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "status-pod",
+                           fakegpu_cluster.workload_image, driver, template="one-gpu")
     name = pod_claim_name(pod, "gpu")
 
     def recorded() -> tuple[dict[str, Any], list[dict[str, Any]]]:

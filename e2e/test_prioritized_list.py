@@ -88,12 +88,8 @@ def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
         resource_api.create("resourceclaims", resource_api.claim_manifest(
             f"hog-{i}", [resource_api.device_request("h100s", driver, count=count,
                                                      cel=[hopper])]), namespace)
-        manifest = pod_manifest(f"hog-{i}", image, SLEEP, [PodClaim("gpus", claim=f"hog-{i}")])
-        manifest["spec"]["affinity"] = {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
-                "matchFields": [{"key": "metadata.name", "operator": "In",
-                                 "values": [node]}]}]}}}
-        k8s.create_pod(core_v1, namespace, manifest)
+        k8s.create_pod(core_v1, namespace, pod_manifest(
+            f"hog-{i}", image, SLEEP, [PodClaim("gpus", claim=f"hog-{i}")], node=node))
     for i in range(len(hoppers)):
         k8s.wait_pod_running(core_v1, namespace, f"hog-{i}")
 
@@ -105,7 +101,7 @@ def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
     [fallback] = allocation_results(resource_api.claim(namespace, "second"), driver)
     assert fallback["request"] == "gpu/a100", fallback
     assert fallback["pool"] in whole_gpus(fakegpu_topology, "ampere")
-    env = k8s.parse_env(k8s.exec_in_pod(core_v1, namespace, "second", ["env"]).stdout)
+    env = k8s.exec_env(core_v1, namespace, "second")
     strategies = {k: v for k, v in env.items() if k.endswith("_SHARING_STRATEGY")}
     intervals = {k: v for k, v in env.items() if k.endswith("_TIMESLICE_INTERVAL")}
     assert list(strategies.values()) == ["TimeSlicing"], env

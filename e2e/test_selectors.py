@@ -97,11 +97,7 @@ def pick_node(topology: Topology, case: Case) -> tuple[Node, set[str]]:
 
 
 def all_matching(resource_api: ResourceApi, driver: str, cel: str) -> dict[str, Any]:
-    request = resource_api.device_request("gpus", driver, cel=[cel])
-    spec = request.get("exactly", request)
-    spec["allocationMode"] = "All"
-    del spec["count"]
-    return request
+    return resource_api.device_request("gpus", driver, count=None, cel=[cel])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -118,13 +114,9 @@ def test_selector_picks_exactly_the_gpus_the_topology_says(
     cel = case.cel(driver, fakegpu_topology)
     resource_api.create("resourceclaims", resource_api.claim_manifest(
         "picked", [all_matching(resource_api, driver, cel)]), namespace)
-    manifest = pod_manifest("picker", fakegpu_cluster.workload_image, ["sleep", "3600"],
-                            [PodClaim("gpus", claim="picked")])
-    manifest["spec"]["affinity"] = {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
-            "matchFields": [{"key": "metadata.name", "operator": "In",
-                             "values": [node.name]}]}]}}}
-    k8s.create_pod(core_v1, namespace, manifest)
+    k8s.create_pod(core_v1, namespace, pod_manifest(
+        "picker", fakegpu_cluster.workload_image, ["sleep", "3600"],
+        [PodClaim("gpus", claim="picked")], node=node.name))
     k8s.wait_pod_running(core_v1, namespace, "picker")
     results = allocation_results(resource_api.claim(namespace, "picked"), driver)
     assert {r["pool"] for r in results} == {node.name}

@@ -37,14 +37,6 @@ SLEEP = ["sleep", "3600"]
 MAINTENANCE = "fakegpu.dev/e2e-maintenance"
 
 
-def on_node(manifest: dict[str, Any], node: str) -> dict[str, Any]:
-    """``manifest`` pinned to ``node`` by node affinity (the scheduler still allocates)."""
-    manifest["spec"]["affinity"] = {"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
-            "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
-    return manifest
-
-
 def taints_of(resource_api: ResourceApi, driver: str, node: str, device: str
               ) -> list[dict[str, Any]]:
     entry = slice_device(resource_api.slices(driver, node), node, device)
@@ -183,8 +175,8 @@ def test_device_taint_rule_no_execute_evicts_only_pods_that_do_not_tolerate_it(
         request = resource_api.device_request("gpu", driver, tolerations=tolerations)
         resource_api.create("resourceclaimtemplates", resource_api.claim_template(
             name, [request]), namespace)
-        k8s.create_pod(core_v1, namespace, on_node(pod_manifest(
-            name, image, SLEEP, [PodClaim("gpu", template=name)]), node))
+        k8s.create_pod(core_v1, namespace, pod_manifest(
+            name, image, SLEEP, [PodClaim("gpu", template=name)], node=node))
     for name in ("plain", "tolerant"):
         k8s.wait_pod_running(core_v1, namespace, name)
 

@@ -114,7 +114,8 @@ def rapi(kube: Any, target: Target) -> ResourceApi:
 
 @pytest.fixture
 def ns(request: pytest.FixtureRequest, core: kclient.CoreV1Api) -> Iterator[str]:
-    """A fresh namespace per check, deleted (and waited for) afterwards."""
+    """A fresh namespace per check, deleted afterwards (the next starts once its pods and claims
+    are gone)."""
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:36].strip("-")
     name = k8s.create_namespace(core, prefix=f"conf-{base}",
                                 labels={"fakegpu.dev/test": "conformance"})

@@ -26,20 +26,8 @@ def request(rapi: ResourceApi, name: str, device_class: str, *, count: int | Non
             cel: Sequence[str] = (), admin: bool = False,
             tolerations: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """One device request; ``count=None``: every matching device (allocationMode All)."""
-    spec: dict[str, Any] = {"deviceClassName": device_class}
-    if count is None:
-        spec["allocationMode"] = "All"
-    else:
-        spec.update(allocationMode="ExactCount", count=count)
-    if cel:
-        spec["selectors"] = [{"cel": {"expression": e}} for e in cel]
-    if admin:
-        spec["adminAccess"] = True
-    if tolerations:
-        spec["tolerations"] = [dict(t) for t in tolerations]
-    if rapi.version == "v1beta1":
-        return {"name": name, **spec}
-    return {"name": name, "exactly": spec}
+    return rapi.device_request(name, device_class, count=count, cel=cel,
+                               tolerations=tolerations, admin_access=admin)
 
 
 def pod(name: str, image: str, claims: Mapping[str, Mapping[str, str]], *,

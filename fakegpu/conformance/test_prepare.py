@@ -14,9 +14,6 @@ from fakegpu.testkit.wait import NotYet, wait_for
 from . import kit
 from .target import Target
 
-# The DRA scheduler plugin's reason when no node can satisfy a pod's claims.
-CANNOT_ALLOCATE = "cannot allocate all claims"
-
 
 def _run_with(core: kclient.CoreV1Api, rapi: ResourceApi, target: Target, ns: str,
               pod_name: str, source: dict[str, str]) -> tuple[Any, dict[str, Any]]:
@@ -128,16 +125,8 @@ def test_unsatisfiable_claim_stays_pending(target: Target, core: kclient.CoreV1A
     kit.create_pod(core, ns, kit.pod("greedy", target.image,
                                      {"dev": {"resourceClaimTemplateName": "too-many"}}))
 
-    def refused() -> Any:
-        pod: Any = k8s.read_pod(core, ns, "greedy")
-        cond = k8s.pod_condition(pod, "PodScheduled")
-        if cond is None or cond.status != "False" or CANNOT_ALLOCATE not in (cond.message
-                                                                             or ""):
-            raise NotYet(f"PodScheduled: {cond}")
-        return pod
-
-    pod: Any = wait_for(refused, what=f"the scheduler to refuse {most + 1} devices",
-                        timeout=120)
+    pod: Any = k8s.wait_unschedulable(core, ns, "greedy",
+                                      what=f"the scheduler to refuse {most + 1} devices")
     assert pod.status.phase == "Pending" and pod.spec.node_name is None
     claim = rapi.claim(ns, pod_claim_name(pod, "dev"))
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")

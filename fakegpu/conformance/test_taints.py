@@ -13,13 +13,11 @@ from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import ResourceApi, pod_claim_name
-from fakegpu.testkit.wait import NotYet, wait_for
 
 from . import kit
 from .target import Target
 
 TAINT = {"key": "conformance.fakegpu.dev/probe", "value": "taint-rule", "effect": "NoSchedule"}
-CANNOT_ALLOCATE = "cannot allocate all claims"
 
 
 def _rule_version(api: Any) -> str | None:
@@ -58,15 +56,8 @@ def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
         kit.create_pod(core, ns, kit.pod("kept-off", target.image,
                                          {"dev": {"resourceClaimTemplateName": "plain"}}))
 
-        def refused() -> None:
-            pod: Any = k8s.read_pod(core, ns, "kept-off")
-            cond = k8s.pod_condition(pod, "PodScheduled")
-            if cond is None or cond.status != "False" or CANNOT_ALLOCATE not in (
-                    cond.message or ""):
-                raise NotYet(f"PodScheduled: {cond}")
-
-        wait_for(refused, what=f"the scheduler to keep a claim off tainted {device['name']}",
-                 timeout=120)
+        k8s.wait_unschedulable(core, ns, "kept-off",
+                               what=f"the scheduler to keep a claim off tainted {device['name']}")
 
         tolerant = kit.request(rapi, "dev", target.device_class, cel=pinned, tolerations=[
             {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}])
