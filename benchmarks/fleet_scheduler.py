@@ -14,7 +14,7 @@ in ten with every GPU in MIG mode as 4g.40gb + 3g.40gb) it runs the real CLI,
   from the first create to the last allocation. The pods are Running through KWOK.
 
 then ``fakegpu cluster down``. The 1,000-node size is fixtures/fleet-1000.yaml (2 real nodes
-too); the 100-node one is the same shape (2 real nodes too), generated. Needs root and the embedded provider;
+too); the 100-node one is the same shape, generated. Needs root and the embedded provider;
 run it under ``flock /tmp/cluster.lock`` on a shared host.
 
 Usage: .venv/bin/python benchmarks/fleet_scheduler.py [--sizes 100,1000] [--claims 200]
