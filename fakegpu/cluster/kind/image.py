@@ -137,6 +137,20 @@ def _build(docker: Path, console: Console) -> PluginImage:
     return PluginImage(ref, base)
 
 
+def stamped(docker: Path, base_ref: str, version: str) -> str:
+    """``base_ref`` (a plugin image built from this tree) with the version stamp ``version``:
+    one layer on top, tagged ``<content>-<version>``; the tree is not built again."""
+    repo, tag = base_ref.rsplit(":", 1)
+    ref = f"{repo}:{tag.split('-', 1)[0]}-{version}"
+    if rootfs.image_present(docker, ref):
+        return ref
+    dockerfile = (f"FROM {base_ref}\nUSER 0:0\n"
+                  f"RUN echo '{version}' > /opt/fakegpu/VERSION\nUSER 65532:65532\n")
+    run([str(docker), "build", "-t", ref, "-"], input_text=dockerfile, timeout=600,
+        env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    return ref
+
+
 def _remove_older(docker: Path, keep: str) -> None:
     """Drop earlier builds of the plugin image (each tree change makes a new tag; clusters hold
     their own copy, loaded into the nodes) and the dangling install stages they leave."""
