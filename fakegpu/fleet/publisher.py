@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pynvml
 
+from fakegpu.errors import FakegpuError
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
 from fakegpu.plugin import discovery
@@ -90,7 +91,10 @@ class NodePublisher:
 
     def changed(self) -> bool:
         """Whether the state file moved since the last sync (a fault, a clear)."""
-        header = nvml_state.read_header(self.sim.state)
+        try:
+            header = nvml_state.read_header(self.sim.state)
+        except (OSError, FakegpuError):
+            return True  # gone or unreadable: the sync says so, for this node only
         return (int(header.generation), int(header.event_seq)) != self.seen
 
     def sync(self) -> bool:
@@ -123,7 +127,10 @@ class FleetPublisher:
     def sync_all(self, only_changed: bool = False) -> int:
         """One pass: withdraw stopped nodes, publish the others (all, or those whose state
         moved). Returns how many nodes were visited."""
-        down = self._stopped()
+        try:
+            down = self._stopped()
+        except Exception as err:  # the apiserver away: the run loop retries, as the plugin does
+            raise KubeError(f"cannot list stopped simulated nodes: {err}") from err
         withdraw = [n for n in self.nodes if n.sim.node.name in down
                     and n.sim.node.name not in self.down]
         live = [n for n in self.nodes if n.sim.node.name not in down]
@@ -136,7 +143,7 @@ class FleetPublisher:
         def one(n: NodePublisher) -> None:
             try:
                 n.sync()
-            except (KubeError, pynvml.NVMLError, OSError) as err:
+            except (KubeError, pynvml.NVMLError, OSError, FakegpuError) as err:
                 failed.append(n.sim.node.name)
                 log.warning("node %s: cannot publish its ResourceSlices: %s",
                             n.sim.node.name, err)
@@ -165,7 +172,8 @@ class FleetPublisher:
                              last_full - started)
                 backoff = 1.0
                 stop.wait(poll_s)
-            except KubeError as err:
-                log.warning("fleet: %s (retry in %.0fs)", err, backoff)
+            except Exception as err:  # keep the fleet published whatever one pass met
+                log.warning("fleet: %s (retry in %.0fs)", err, backoff,
+                            exc_info=not isinstance(err, KubeError))
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
