@@ -206,15 +206,19 @@ def test_rolling_upgrade_under_load_fails_no_pod(
         request: pytest.FixtureRequest, fakegpu_cluster: ClusterInfo, core_v1: Any,
         resource_api: ResourceApi, namespace: str, gpu_nodes: list[str],
         load_factory: Any) -> None:
-    upgrade_plugin(fakegpu_cluster, version="1.0.0")  # the known starting point
+    # From whatever runs (a fresh cluster: the package's version) to 2.0.0; a reused cluster
+    # that runs 2.0.0 already goes to 2.0.1, so there is always an upgrade to watch.
+    serving = {i.get("version", "") for v in plugin_instances(fakegpu_cluster).values()
+               for i in v}
+    target = "2.0.1" if any(v.endswith("2.0.0") for v in serving) else "2.0.0"
     steady = long_running_pods(core_v1, namespace, fakegpu_cluster, resource_api, gpu_nodes)
     baseline = baseline_devices(resource_api, fakegpu_cluster)
     load = load_factory()
     sampler = Sampler(fakegpu_cluster, resource_api)
     report, samples, marks, ended, error = run_under_load(
-        load, sampler, gpu_nodes, fakegpu_cluster, version="2.0.0")
+        load, sampler, gpu_nodes, fakegpu_cluster, version=target)
     js, png = write_timeline(reports_dir(request) / f"upgrade-timeline-{fakegpu_cluster.provider}",
-                             f"rolling upgrade 1.0.0 -> 2.0.0 under load "
+                             f"rolling upgrade to {target} under load "
                              f"({fakegpu_cluster.provider}, {len(gpu_nodes)} nodes, "
                              f"{RATE:g} pod/s/node)", report, samples, marks,
                              load_offset=sampler.at(load._t0))
@@ -228,7 +232,7 @@ def test_rolling_upgrade_under_load_fails_no_pod(
     assert all(v == 2 for v in peak.values()), f"plugin instances at most, per node: {peak}"
     # ... and claims of pods created after the upgrade were prepared by the new version only.
     after = versions_by_node(report, ended)
-    assert after and all(v == {"2.0.0"} for v in after.values()), \
+    assert after and all(v == {target} for v in after.values()), \
         f"plugin versions that prepared claims after the upgrade: {after}"
     # Prepared exactly once: no pod's start needed a second prepare (each failed prepare is a
     # warning event on the pod, and the kubelet asks again only after one).
