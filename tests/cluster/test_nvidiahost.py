@@ -4,8 +4,10 @@ the fake NVML (pynvml in a subprocess) add and remove their capability files (is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import shutil
 import stat
 import subprocess
@@ -213,3 +215,31 @@ def test_the_plugin_sees_the_files_in_its_namespace_and_the_host_does_not(
     # Private to the plugin's namespace: the host's /proc is as it was.
     assert Path("/proc/devices").read_text() == host_devices
     assert not Path("/proc/driver/nvidia/capabilities").exists() or "nvidia-caps" in host_devices
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_the_running_plugin_sees_an_instance_made_after_it_started(node_state: Path,
+                                                                  tmp_path: Path) -> None:
+    # The "plugin" waits until a fifth access file shows up in its namespace, then lists them.
+    caps = "/proc/driver/nvidia/capabilities"
+    probe = (f"until [ $(find {caps} -name access | wc -l) -gt 4 ]; do sleep 0.05; done; "
+             f"find {caps} -name access | sort")
+    argv = wrapper_argv(tmp_path / "nvhost", node_state, ["sh", "-c", probe])
+    wrapper = subprocess.Popen(argv, env={**os.environ, **nvml_env.env(node_state)},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)  # its group: the plugin goes with it
+    try:
+        # Only once the host is built and bound: from here only pluginhost's polling adds files.
+        assert wrapper.stdout is not None
+        assert "driver root" in wrapper.stdout.readline()
+        made_ids = pynvml(node_state, CREATE_1G)
+        assert isinstance(made_ids, list)
+        out, _ = wrapper.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(wrapper.pid, signal.SIGKILL)
+        wrapper.wait()
+    assert wrapper.returncode == 0, out
+    gi, ci = made_ids
+    assert f"{caps}/gpu0/mig/gi{gi}/ci{ci}/access" in out.splitlines(), out
