@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fakegpu.cluster import nvidiahost as nh
-from fakegpu.errors import FakegpuError
+from fakegpu.errors import FakegpuError, MissingPrerequisite
 
 POLL_SECONDS = 0.05  # how late a capability file may appear after its MIG instance
 
@@ -49,7 +49,11 @@ def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
              host_proc_devices=real_devices)
     for source, target in ((host.proc_driver, "/proc/driver"),
                            (host.proc_devices, "/proc/devices")):
-        subprocess.run(["mount", "--bind", str(source), target], check=True, timeout=30)
+        res = subprocess.run(["mount", "--bind", str(source), target], capture_output=True,
+                             text=True, timeout=30, check=False)
+        if res.returncode != 0:
+            raise MissingPrerequisite(f"cannot bind {source} over {target} in the plugin's "
+                                      f"mount namespace: {res.stderr.strip()}")
     return facts
 
 
@@ -85,7 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = nh.HostDir(args.host_dir)
     seen = (0, 0)
     if args.state is not None and args.state.is_file():
-        facts = prepare(host, args.state)
+        try:
+            facts = prepare(host, args.state)
+        except FakegpuError as err:  # one line in the plugin's log, not a traceback
+            print(f"fakegpu pluginhost: {err}", file=sys.stderr, flush=True)
+            return err.exit_code
         seen = (nh.read_generation(args.state)[0], facts.generation)
         print(f"fakegpu pluginhost: driver root {host.driver_root} (driver "
               f"{facts.driver_version}, {len(facts.gpus)} GPUs)", flush=True)
