@@ -418,10 +418,12 @@ class KindProvider:
 
 def plugin_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
     """The name of ``node``'s running plugin pod; during a rolling update two run, and the
-    newer one is the one the kubelet uses. Pure."""
+    newer one is the one the kubelet uses. Pure. Other pods of the namespace (the
+    compute-domain plugin, IMEX daemons) have no container named ``plugin``."""
     running = [p for p in pods if p["spec"].get("nodeName") == node
                and p["status"].get("phase") == "Running"
-               and not p["metadata"].get("deletionTimestamp")]
+               and not p["metadata"].get("deletionTimestamp")
+               and any(c.get("name") == "plugin" for c in p["spec"].get("containers") or [])]
     if not running:
         return None
     return str(max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "")
