@@ -69,8 +69,8 @@ def heatmap_png(results: Results, title: str) -> bytes:
                     ax.text(j, i, f"{v:g}", ha="center", va="center", fontsize=6,
                             color="black" if v > top * 0.6 else "white")
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("to GPU", labelpad=30)
-    ax.set_ylabel("from GPU", labelpad=30)
+    ax.set_xlabel("to GPU", labelpad=40)
+    ax.set_ylabel("from GPU", labelpad=40)
     fig.tight_layout()
     out = io.BytesIO()
     fig.savefig(out, format="png")
