@@ -178,3 +178,22 @@ def test_a_whole_nvl72_rack_in_one_domain(tmp_path: Path) -> None:
                               topology.network.gbps_per_gpu)
     assert len(doc["gpus"]) == 72
     assert doc["bandwidth"] == values and doc["paths"] == paths
+
+
+def test_a_degraded_gpu_in_a_domain_keeps_half_its_nvlink(tmp_path: Path) -> None:
+    topology = _mini()
+    states = _states(topology, tmp_path)
+    channels = tmp_path / "channels"
+    channels.mkdir()
+    (channels / "channel3").touch()
+    env = {"FAKEGPU_COMPUTE_DOMAIN": "d", "FAKEGPU_IMEX_CHANNEL": "3",
+           "FAKEGPU_IMEX_CHANNEL_DIR": str(channels)}
+    faults.inject(states[2], 1, "fabric-degraded")
+    doc, _ = _job(topology, states, env)
+    values, paths = _expected(model.topology_views(topology, compute_domain="d",
+                                                   degraded=[("gb200-2", 1)]),
+                              topology.network.gbps_per_gpu)
+    assert doc["bandwidth"] == values and doc["paths"] == paths
+    sick = 4 * 2 + 1
+    assert doc["bandwidth"][0][sick] == doc["bandwidth"][0][1] * model.DEGRADED_SHARE
+    assert doc["paths"][0][sick] == "nvlink-fabric"
