@@ -192,8 +192,11 @@ def run_under_load(load: PodLoad, sampler: Sampler, nodes: Sequence[str], cluste
     ended = load.now()
     marks.append((offset + ended, "upgrade " + ("stalled" if error else "done")))
     # A last tick of pods after the upgrade, then the load stops and its queue drains.
-    wait_for(lambda: load.created_after(ended) or None,
-             what="pods created after the upgrade", timeout=30, interval=0.2)
+    def created_after() -> None:
+        if not load.created_after(ended):
+            raise NotYet("no pod created on every node since the upgrade ended")
+
+    wait_for(created_after, what="pods created after the upgrade", timeout=30, interval=0.2)
     report = load.stop(settle_timeout=SETTLE_S)
     started_after = {p.node for p in report.pods if p.created >= ended and p.started}
     assert started_after >= set(nodes), \
