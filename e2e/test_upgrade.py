@@ -286,9 +286,9 @@ def test_sequential_upgrade_pods_wait_for_the_new_plugin(
     report, samples, _marks, ended, error = run_under_load(
         load, sampler, gpu_nodes, fakegpu_cluster, version="2.1.0", strategy="sequential")
     assert error is None, f"the upgrade failed: {error}"
-    # Each node was without a plugin for a moment (what makes it sequential) ...
-    low = {n: min(s.instances.get(n, 0) for s in samples) for n in gpu_nodes}
-    assert all(v == 0 for v in low.values()), f"plugin instances at least, per node: {low}"
+    # Each node was without a serving plugin for a moment (what makes it sequential) ...
+    low = {n: min(s.serving.get(n, 0) for s in samples) for n in gpu_nodes}
+    assert all(v == 0 for v in low.values()), f"serving plugins at least, per node: {low}"
     # ... its slices outlived the gap (the kubelet's grace period), and the pods created
     # meanwhile started once the new plugin was up.
     assert_slices_never_shrank(samples, baseline)

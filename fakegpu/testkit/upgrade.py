@@ -45,6 +45,8 @@ def _driver_key(cluster: ClusterInfo) -> str:
     return "nvidia" if cluster.driver_name == "gpu.nvidia.com" else "fakegpu"
 
 
+# Roles of an instance that serves: registered by the kubelet (embedded), Ready (kind).
+SERVING = ("plugin", "ready")
 # The chart's plugin pods (its selector labels for release "fakegpu").
 PLUGIN_NAMESPACE = "fakegpu-system"
 PLUGIN_SELECTOR = "app.kubernetes.io/name=fakegpu,app.kubernetes.io/instance=fakegpu"
@@ -116,6 +118,7 @@ class Sample:
     t: float  # seconds since the sampler started
     devices: dict[str, int]  # node -> devices in its published slices
     instances: dict[str, int]  # node -> plugin instances alive
+    serving: dict[str, int] = field(default_factory=dict)  # of those, registered / Ready
 
 
 @dataclass
@@ -151,8 +154,10 @@ class Sampler:
         for s in self.resources.slices(self.cluster.driver_name):
             node = s["spec"].get("nodeName") or s["spec"].get("pool", {}).get("name", "")
             devices[node] = devices.get(node, 0) + len(s["spec"].get("devices") or [])
-        instances = {n: len(v) for n, v in plugin_instances(self.cluster).items()}
-        return Sample(time.monotonic() - self._t0, devices, instances)
+        alive = plugin_instances(self.cluster)
+        instances = {n: len(v) for n, v in alive.items()}
+        serving = {n: sum(1 for i in v if i.get("role") in SERVING) for n, v in alive.items()}
+        return Sample(time.monotonic() - self._t0, devices, instances, serving)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
