@@ -5,8 +5,8 @@ ranks meeting over the pod network. The matrix must be what the rules give for t
 (fakegpu/bandwidth/model.py: the catalog's NVLink speed, the topology's network speed), the
 GPUs those the claims were allocated.
 
-Embedded provider only: the program reads NVML through the claim's CDI mounts, which only the
-embedded provider's host plugins add (docs/nvidia-smi.md).
+Both providers: the program reads NVML through the claim's CDI mounts (on kind, the node's
+copies of the library and state that the plugin pod names in its CDI specs).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
-              pytest.mark.topology("fixtures/gb200-mini.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/gb200-mini.yaml")]
 
 CHANNEL_TEMPLATE = "bw-imex-channel"
 TIMEOUT = 180.0
