@@ -436,17 +436,7 @@ class EmbeddedProvider:
                       version: str = "", instance: str = "", key: str = "plugin",
                       extra_env: dict[str, str] | None = None) -> ProcessRecord:
         (lay.root / "plugin.env").write_text(json.dumps(env))  # start_node needs it again
-        if not lay.plugin_kubeconfig.is_file():
-            # The chart's service account with a token bound to this node's Node object (it
-            # exists once the kubelet registered): the plugin's identity on kind, too.
-            values = _install(st)
-            with kubeapi.session(st.kubeconfig) as api:
-                token = kubeapi.service_account_token(
-                    api, values.namespace, values.service_account, node=lay.name,
-                    seconds=install.TOKEN_SECONDS)
-            install.write_plugin_credentials(
-                token, values, kubeconfig=lay.plugin_kubeconfig, token_file=lay.plugin_token,
-                server=st.server, ca=st.cp_dir / "pki" / "ca.crt", cluster=st.name)
+        self._plugin_credentials(st, lay)
         # The topology's plugin flags for this node (dynamic MIG, shared GPUs), as the kind
         # plugin image's entrypoint adds them.
         args = plugin_args(load_topology(Path(st.topology)).node(lay.name))
@@ -541,6 +531,8 @@ class EmbeddedProvider:
         st.save()
 
     def _plugin_credentials(self, st: ClusterState, lay: NodeLayout) -> None:
+        """The chart's service account with a token bound to this node's Node object (it
+        exists once the kubelet registered): the plugin's identity on kind, too."""
         if lay.plugin_kubeconfig.is_file():
             return
         values = _install(st)
