@@ -33,7 +33,9 @@ from fakegpu.testkit.dra import (
 from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.model import Topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/fleet-small.yaml")]
+# kind refuses fleet topologies (simulated nodes need the embedded provider's KWOK; docs/scale.md).
+pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
+              pytest.mark.topology("fixtures/fleet-small.yaml")]
 
 ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
 PRINT_ENV_AND_WAIT = ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"]
