@@ -138,14 +138,29 @@ class Kube:
         ``status.allocation`` back too, and its opaque config parameters come back from JSON
         re-serialized (other spacing); the apiserver compares them byte for byte with the
         stored ones and refuses the "change" to an immutable field (HTTP 422), so no claim
-        with a config (time-slicing, MPS, ...) could get device status."""
+        with a config (time-slicing, MPS, ...) could get device status.
+
+        The patch is applied to the server's own re-encoding of the claim, which is compact
+        JSON; a claim whose config was created with other spacing (the Python client's
+        ``json.dumps`` puts spaces after separators, kubectl does not) fails that comparison
+        the other way round. For those the apiserver answers 422 naming status.allocation,
+        and the replace of the status as read, which sends the config back in the Python
+        client's own spacing, is what keeps the bytes equal."""
         meta = claim["metadata"]
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
                 "status": {"devices": (claim.get("status") or {}).get("devices") or []}}
+        objects = self._objects()
+        args = (GROUP, self.version(), meta["namespace"], "resourceclaims", meta["name"])
         try:
-            self._objects().patch_namespaced_custom_object_status(
-                GROUP, self.version(), meta["namespace"], "resourceclaims", meta["name"], body,
-                _content_type="application/merge-patch+json", _request_timeout=TIMEOUT_S)
+            try:
+                objects.patch_namespaced_custom_object_status(
+                    *args, body, _content_type="application/merge-patch+json",
+                    _request_timeout=TIMEOUT_S)
+            except client.ApiException as err:
+                if err.status != 422 or "status.allocation" not in _status_message(err.body):
+                    raise
+                objects.replace_namespaced_custom_object_status(
+                    *args, claim, _request_timeout=TIMEOUT_S)
         except KubeError:
             raise
         except Exception as err:
