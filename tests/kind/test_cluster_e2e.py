@@ -43,8 +43,11 @@ def kind_cluster(fakegpu_cluster: ClusterInfo) -> ClusterInfo:
 
 
 def plugin_pods(core: Any) -> dict[str, str]:
+    """The GPU plugin's running pod per node (its container is named plugin; the
+    compute-domain pieces share the namespace)."""
     pods = core.list_namespaced_pod(NAMESPACE).items
-    return {p.spec.node_name: p.metadata.name for p in pods if p.status.phase == "Running"}
+    return {p.spec.node_name: p.metadata.name for p in pods if p.status.phase == "Running"
+            and any(c.name == "plugin" for c in p.spec.containers)}
 
 
 def test_every_worker_is_ready_and_publishes_its_topology_gpus(
@@ -91,8 +94,16 @@ def test_rolling_restart_of_the_plugin_never_loses_a_nodes_slices(
     from fakegpu.testkit.wait import NotYet, wait_for
 
     apps = kclient.AppsV1Api(k8s_client)
-    (ds,) = apps.list_namespaced_daemon_set(NAMESPACE).items
-    before = {p.metadata.uid for p in core_v1.list_namespaced_pod(NAMESPACE).items}
+    # The GPU plugin's DaemonSet (its container is named plugin): the compute-domain plugin,
+    # the ComputeDomain controller and IMEX daemons share the namespace.
+    (ds,) = [d for d in apps.list_namespaced_daemon_set(NAMESPACE).items
+             if any(c.name == "plugin" for c in d.spec.template.spec.containers)]
+    selector = ",".join(f"{k}={v}" for k, v in ds.spec.selector.match_labels.items())
+
+    def daemon_set_pods() -> list[Any]:
+        return list(core_v1.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
+
+    before = {p.metadata.uid for p in daemon_set_pods()}
     want = {n.name for n in kind_cluster.nodes}
     stamp = datetime.datetime.now(datetime.UTC).isoformat()
     apps.patch_namespaced_daemon_set(ds.metadata.name, NAMESPACE, {"spec": {"template": {
@@ -105,7 +116,7 @@ def test_rolling_restart_of_the_plugin_never_loses_a_nodes_slices(
                  resource_api.slices(driver=kind_cluster.driver_name)}
         if nodes != want:
             gaps.append(f"slices only for {sorted(nodes)}")
-        pods = core_v1.list_namespaced_pod(NAMESPACE).items
+        pods = daemon_set_pods()
         fresh = [p for p in pods if p.metadata.uid not in before
                  and p.status.phase == "Running"
                  and all(c.ready for c in p.status.container_statuses or [])]
