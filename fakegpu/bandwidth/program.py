@@ -8,9 +8,6 @@ speed of each generation from the hardware catalog, and the topology's default n
 
 from __future__ import annotations
 
-import fcntl
-import os
-import tempfile
 from pathlib import Path
 
 from fakegpu import nvidiasmi
@@ -57,16 +54,4 @@ def _stale(binary: Path) -> bool:
 
 def path() -> Path:
     """The executable, built if missing or older than its sources."""
-    from fakegpu import paths
-
-    out = HERE / "bin" if os.access(HERE, os.W_OK) else paths.cache_dir() / NAME
-    binary = out / NAME
-    if not _stale(binary):
-        return binary
-    out.mkdir(parents=True, exist_ok=True)
-    lock = Path(tempfile.gettempdir()) / f"fakegpu-{NAME}-build-{os.getuid()}.lock"
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        if _stale(binary):
-            build(out)
-    return binary
+    return nvidiasmi.cached_program(HERE, NAME, _stale, build)

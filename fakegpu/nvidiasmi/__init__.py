@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from fakegpu.errors import MissingPrerequisite
@@ -84,16 +85,23 @@ def _stale(binary: Path) -> bool:
 
 def path() -> Path:
     """The executable, built if missing or older than its source."""
+    return cached_program(HERE, NAME, _stale, build)
+
+
+def cached_program(here: Path, name: str, stale: Callable[[Path], bool],
+                   build_into: Callable[[Path], object]) -> Path:
+    """A static program of a package (``here``), built into its ``bin`` (or the user cache
+    when the package is read-only) if missing or ``stale``; one build at a time per user."""
     from fakegpu import paths
 
-    out = HERE / "bin" if os.access(HERE, os.W_OK) else paths.cache_dir() / "nvidia-smi"
-    binary = out / NAME
-    if not _stale(binary):
+    out = here / "bin" if os.access(here, os.W_OK) else paths.cache_dir() / name
+    binary = out / name
+    if not stale(binary):
         return binary
     out.mkdir(parents=True, exist_ok=True)
-    lock = Path(tempfile.gettempdir()) / f"fakegpu-nvidia-smi-build-{os.getuid()}.lock"
+    lock = Path(tempfile.gettempdir()) / f"fakegpu-{name}-build-{os.getuid()}.lock"
     with open(lock, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        if _stale(binary):
-            build(out)
+        if stale(binary):
+            build_into(out)
     return binary
