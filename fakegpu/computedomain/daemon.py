@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from fakegpu.errors import FakegpuError
 
 from . import fabric, kube, objects
-from .names import DAEMON_PORT, NOT_READY, READY, Names
+from .names import DAEMON_PORT, NOT_READY, READY, Names, daemon_endpoint
 
 log = logging.getLogger(__name__)
 STABLE_ROUNDS = 2
@@ -89,7 +89,8 @@ class Daemon:
         if not problem and not ip:
             problem = "the daemon pod has no IP yet"
         elif not problem and not probe(ip, cfg.port):
-            problem = f"the IMEX daemon process does not answer at {ip}:{cfg.port}"
+            problem = (f"the IMEX daemon process does not answer at "
+                       f"{daemon_endpoint(ip, cfg.port)}")
         peers = self._core.list_namespaced_pod(
             cfg.pod_namespace, label_selector=f"{cfg.names.label_key}={cfg.domain_uid}",
             _request_timeout=kube.TIMEOUT_S).items

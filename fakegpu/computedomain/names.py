@@ -24,6 +24,8 @@ IMEX_CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
 # Env the compute-domain plugin gives a container with a channel (the bandwidth worker reads it).
 ENV_DOMAIN = "FAKEGPU_COMPUTE_DOMAIN"
 ENV_CHANNEL = "FAKEGPU_IMEX_CHANNEL"
+# ...and where its node's IMEX daemon answers (the daemon pod's endpoint), HOST:PORT.
+ENV_DAEMON = "FAKEGPU_IMEX_DAEMON"
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,11 @@ def for_cd_driver(cd_driver: str) -> Names | None:
     if not cd_driver.startswith("compute-domain.") or cd_driver == "compute-domain.":
         return None
     return Names(cd_driver.removeprefix("compute-domain."))
+
+
+def daemon_endpoint(ip: str, port: int = DAEMON_PORT) -> str:
+    """``ip:port``, an IPv6 address in brackets (``[fd00::5]:50000``)."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def daemonset_name(uid: str) -> str:

@@ -10,8 +10,9 @@ It publishes, per node, IMEX channel devices ``channel-<N>`` and one daemon devi
   completed and healthy, or its clique is not the domain's), labels the node for the domain
   so its IMEX daemon lands here, waits until that daemon is Ready in the domain's status, then
   injects ``/dev/nvidia-caps-imex-channels/channel<N>`` and ``FAKEGPU_COMPUTE_DOMAIN`` /
-  ``FAKEGPU_IMEX_CHANNEL``. Not ready within ``READY_WAIT_S``: that claim's error, and the
-  kubelet asks again.
+  ``FAKEGPU_IMEX_CHANNEL``, and ``FAKEGPU_IMEX_DAEMON``: the daemon pod's endpoint (its IP from
+  the domain's status, ``DAEMON_PORT``), where a channel user finds its node's daemon. Not
+  ready within ``READY_WAIT_S``: that claim's error, and the kubelet asks again.
 
 Errors are per claim; records (one JSON file per prepared claim) make prepare idempotent and
 let a restarted plugin find its daemons again.
@@ -52,10 +53,12 @@ from .names import (
     DAEMON,
     DAEMON_CONFIG_KIND,
     ENV_CHANNEL,
+    ENV_DAEMON,
     ENV_DOMAIN,
     IMEX_CHANNEL_DIR,
     READY,
     Names,
+    daemon_endpoint,
     for_cd_driver,
 )
 
@@ -186,7 +189,9 @@ def join_problem(names_: Names, cd: dict[str, Any], node: str, fab: fabric.NodeF
     return ""
 
 
-def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str) -> dict[str, Any]:
+def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str,
+             daemon: str = "") -> dict[str, Any]:
+    """The claim's CDI spec; ``daemon``: the node's IMEX daemon endpoint (channel claims)."""
     kind = f"{names_.driver}/{CDI_CLASS}"
     env = [f"{ENV_DOMAIN}={p.domain_uid}", f"FAKEGPU_COMPUTE_DOMAIN_NAME={domain_ref}",
            f"FAKEGPU_CLAIM={p.ref.namespace}/{p.ref.name}"]
@@ -200,6 +205,8 @@ def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str) -> dict[str, 
                 "path": f"{IMEX_CHANNEL_DIR}/channel{c}", "type": "c", "major": IMEX_MAJOR,
                 "minor": c, "permissions": "rw", "fileMode": 0o666} for c in channels]
             edits["env"] += [f"{ENV_CHANNEL}={a.index}", f"FAKEGPU_CLIQUE_ID={clique}"]
+            if daemon:
+                edits["env"].append(f"{ENV_DAEMON}={daemon}")
         devs.append({"name": f"{p.ref.uid}-{a.device}", "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
             "devices": devs}
@@ -280,13 +287,15 @@ class ComputeDomainDriver:
         domain_ref = f"{cd['metadata']['namespace']}/{cd['metadata']['name']}"
         pod = ""
         clique = ""
+        daemon = ""
         if p.kind == CHANNEL:
             fab = fabric.read()
             if why := join_problem(self.names, cd, self.c.node, fab):
                 raise ClaimError(why)
             clique = fab.clique
             kube.label_node(self.api, self.c.node, self.names.label_key, p.domain_uid)
-            self._wait_ready(cd, domain_ref)
+            if ip := self._wait_ready(cd, domain_ref):
+                daemon = daemon_endpoint(ip)
         else:
             owners = [r for r in (claim.get("status") or {}).get("reservedFor") or []
                       if r.get("resource") == "pods"]
@@ -304,7 +313,8 @@ class ComputeDomainDriver:
         rec = {"claim": prepared.to_json(), "domain": p.domain_uid, "kind": p.kind, "pod": pod}
         with self._lock:
             fsutil.atomic_write(self.c.cdi_root / prepared.cdi_spec,
-                                json.dumps(cdi_spec(self.names, p, domain_ref, clique)),
+                                json.dumps(cdi_spec(self.names, p, domain_ref, clique,
+                                                    daemon)),
                                 mode=0o644)
             fsutil.atomic_write(self._claims / f"{ref.uid}.json", json.dumps(rec))
             if p.kind == DAEMON:
@@ -313,7 +323,8 @@ class ComputeDomainDriver:
                  ref.uid, domain_ref)
         return prepared
 
-    def _wait_ready(self, cd: dict[str, Any], domain_ref: str) -> None:
+    def _wait_ready(self, cd: dict[str, Any], domain_ref: str) -> str:
+        """Wait until this node's IMEX daemon is Ready in the domain; its pod IP."""
         deadline = time.monotonic() + READY_WAIT_S
         meta = cd["metadata"]
         state = "no IMEX daemon has reported from this node yet"
@@ -322,7 +333,7 @@ class ComputeDomainDriver:
             mine = next((n for n in (current.get("status") or {}).get("nodes") or []
                          if n.get("name") == self.c.node), None)
             if mine is not None and mine.get("status") == READY:
-                return
+                return str(mine.get("ipAddress") or "")
             if mine is not None:
                 state = f"its status is {mine.get('status') or 'unknown'}"
             if time.monotonic() >= deadline:

@@ -8,7 +8,7 @@ import pytest
 
 from fakegpu.computedomain import plugin
 from fakegpu.computedomain.fabric import GpuFabric, NodeFabric
-from fakegpu.computedomain.names import for_gpu_driver
+from fakegpu.computedomain.names import daemon_endpoint, for_gpu_driver
 from fakegpu.plugin.prepare import ClaimRef
 
 NAMES = for_gpu_driver("gpu.nvidia.com")
@@ -87,6 +87,16 @@ def test_the_channel_cdi_spec_has_the_device_node_and_the_domain() -> None:
     every = plugin.Plan(every.ref, every.domain_uid, every.config_kind, "All", every.devices)
     nodes = plugin.cdi_spec(NAMES, every, "ns/d", CLIQUE)["devices"][0]["containerEdits"]
     assert len(nodes["deviceNodes"]) == plugin.CHANNELS
+    assert not any(e.startswith("FAKEGPU_IMEX_DAEMON=") for e in nodes["env"])
+
+
+@pytest.mark.parametrize(("ip", "endpoint"), [("10.200.1.7", "10.200.1.7:50000"),
+                                              ("fd00:10::7", "[fd00:10::7]:50000")])
+def test_a_channel_claim_names_its_nodes_imex_daemon(ip: str, endpoint: str) -> None:
+    p = plugin.plan(claim(["channel-1"]), REF, NAMES, "n0")
+    spec = plugin.cdi_spec(NAMES, p, "ns/d", CLIQUE, daemon_endpoint(ip))
+    [dev] = spec["devices"]
+    assert f"FAKEGPU_IMEX_DAEMON={endpoint}" in dev["containerEdits"]["env"]
 
 
 def test_the_slice_publishes_channels_and_one_daemon() -> None:
