@@ -9,9 +9,13 @@ Figures are in GB/s, one direction, at the rated speed (no protocol overhead):
   reach an NVSwitch or the rack's switch trays): ``nvlink-local``, the smaller of the two
   GPUs' up links x the per-link speed of their NVLink generation (the catalog's figure, both
   directions together, halved);
-- GPUs of two nodes, both in one completed fabric clique (same cluster UUID and clique ID)
-  and both holding a channel of the same ComputeDomain (IMEX): ``nvlink-fabric``, the same
-  way;
+- GPUs of two nodes, both in one completed fabric clique (same cluster UUID and clique ID),
+  both holding a channel of the same ComputeDomain (IMEX), and neither node's IMEX daemon
+  silent: ``nvlink-fabric``, the same way. A channel is only usable while its node's daemon
+  runs: the compute-domain plugin tells the container where that daemon is
+  (``FAKEGPU_IMEX_DAEMON``), and a GPU whose daemon does not accept a connection there when
+  the job starts reaches other nodes over the network (its own node's NVLink stays). A pod
+  not told where its daemon is (no ``FAKEGPU_IMEX_DAEMON``) is judged by its channel alone;
 - any other pair of two nodes: ``network``, the topology's ``network.gbps_per_gpu`` / 8;
 - GPUs of one node without an NVLink path: ``pcie``, not modelled (no figure).
 
@@ -64,6 +68,8 @@ class GpuView:
     degraded: bool = False
     compute_domain: str = ""  # FAKEGPU_COMPUTE_DOMAIN of its pod
     has_channel: bool = False  # the pod holds that domain's IMEX channel device
+    # its node's IMEX daemon answered (True), did not (False), was not named (None)
+    imex_daemon: bool | None = None
 
 
 def link_table() -> dict[int, float]:
@@ -98,7 +104,8 @@ def _fabric_nvlink(a: GpuView, b: GpuView) -> bool:
             and a.fabric_completed and b.fabric_completed
             and a.links_up > 0 and b.links_up > 0
             and a.compute_domain != "" and a.compute_domain == b.compute_domain
-            and a.has_channel and b.has_channel)
+            and a.has_channel and b.has_channel
+            and a.imex_daemon is not False and b.imex_daemon is not False)
 
 
 def pair(a: GpuView, b: GpuView, table: dict[int, float],
@@ -124,9 +131,11 @@ def matrix(gpus: Sequence[GpuView], network_gbps: float, table: dict[int, float]
 
 
 def view_of(gpu: Gpu, node: str, *, compute_domain: str = "", has_channel: bool = False,
-            degraded: bool | None = None, links_down: Sequence[int] = ()) -> GpuView:
+            degraded: bool | None = None, links_down: Sequence[int] = (),
+            imex_daemon: bool | None = None) -> GpuView:
     """``gpu`` of a topology as the program in a pod on ``node`` would see it; ``degraded``
-    and ``links_down`` stand for faults injected at run time (the topology's own count too)."""
+    and ``links_down`` stand for faults injected at run time (the topology's own count too),
+    ``imex_daemon`` for the probe of its node's IMEX daemon."""
     down = set(links_down) | {f.value for f in gpu.faults if f.kind is FaultKind.NVLINK_DOWN}
     up = [link for link in gpu.nvlinks if link.state is LinkState.UP and link.link not in down]
     fabric = gpu.fabric
@@ -144,14 +153,18 @@ def view_of(gpu: Gpu, node: str, *, compute_domain: str = "", has_channel: bool 
         clique=fabric.clique if fabric else None,
         fabric_completed=fabric is None or fabric.state is FabricState.COMPLETED,
         degraded=degraded and fabric is not None,
-        compute_domain=compute_domain, has_channel=has_channel)
+        compute_domain=compute_domain, has_channel=has_channel, imex_daemon=imex_daemon)
 
 
 def topology_views(topology: Topology, *, compute_domain: str = "",
-                   degraded: Sequence[tuple[str, int]] = ()) -> list[GpuView]:
+                   degraded: Sequence[tuple[str, int]] = (),
+                   imex_down: Sequence[str] = ()) -> list[GpuView]:
     """Every GPU of ``topology`` in node then index order, as one job with a pod per node sees
-    them: all in ``compute_domain`` (with a channel) when given; ``degraded`` lists (node, GPU
-    index) pairs with fault ``fabric-degraded`` injected."""
+    them: all in ``compute_domain`` (with a channel, and told where their node's IMEX daemon
+    is) when given; ``degraded`` lists (node, GPU index) pairs with fault ``fabric-degraded``
+    injected; ``imex_down`` the nodes whose IMEX daemon did not answer."""
+    sick, down = set(degraded), set(imex_down)
     return [view_of(g, n.name, compute_domain=compute_domain, has_channel=bool(compute_domain),
-                    degraded=True if (n.name, g.index) in set(degraded) else None)
+                    degraded=True if (n.name, g.index) in sick else None,
+                    imex_daemon=n.name not in down if compute_domain else None)
             for n in topology.nodes for g in n.gpus]

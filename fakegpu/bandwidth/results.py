@@ -6,7 +6,7 @@ Document (``format: fakegpu-bandwidth/1``)::
     {"format": "fakegpu-bandwidth/1", "simulation": true, "note": "...", "unit": "GB/s",
      "network_gbps_per_gpu": 400.0,
      "gpus": [{"node", "index", "uuid", "name", "clique", "compute_domain", "imex_channel",
-               "nvlink_version", "links_up", "fabric_degraded"}, ...],
+               "imex_daemon", "nvlink_version", "links_up", "fabric_degraded"}, ...],
      "bandwidth": [[null, 900.0, ...], ...],    # rows: from GPU i, columns: to GPU j
      "paths": [["self", "nvlink-local", ...], ...]}
 """

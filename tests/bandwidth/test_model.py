@@ -83,6 +83,39 @@ def test_a_degraded_gpu_keeps_part_of_its_nvlink() -> None:
     assert values[0][1] == _gb200_nvlink()
 
 
+def test_a_node_whose_imex_daemon_is_silent_reaches_other_nodes_over_the_network() -> None:
+    topology = _mini()
+    net = topology.network.gbps_per_gpu
+    views = model.topology_views(topology, compute_domain="d1", imex_down=["gb200-2"])
+    assert {v.imex_daemon for v in views if v.node == "gb200-2"} == {False}
+    assert {v.imex_daemon for v in views if v.node != "gb200-2"} == {True}
+    values, paths = model.matrix(views, net)
+    for i, a in enumerate(views):
+        for j, b in enumerate(views):
+            if i == j:
+                continue
+            if a.node == b.node:  # its own node's NVLink needs no IMEX
+                assert (values[i][j], paths[i][j]) == (_gb200_nvlink(), Path.NVLINK_LOCAL)
+            elif "gb200-2" in (a.node, b.node):
+                assert (values[i][j], paths[i][j]) == (net / 8, Path.NETWORK)
+            else:
+                assert (values[i][j], paths[i][j]) == (_gb200_nvlink(), Path.NVLINK_FABRIC)
+
+
+def test_a_pod_not_told_of_its_imex_daemon_goes_by_its_channel() -> None:
+    # No FAKEGPU_IMEX_DAEMON (imex_daemon None): the channel alone decides, as before.
+    topology = _mini()
+    table, net = model.link_table(), topology.network.gbps_per_gpu
+    views = model.topology_views(topology, compute_domain="d1")
+    a, b = views[0], views[4]
+    unknown = dataclasses.replace(b, imex_daemon=None)
+    assert model.pair(a, unknown, table, net)[1] is Path.NVLINK_FABRIC
+    assert model.pair(dataclasses.replace(a, imex_daemon=False), b, table, net) == (
+        net / 8, Path.NETWORK)
+    # Without a domain nobody is told where a daemon is.
+    assert {v.imex_daemon for v in model.topology_views(topology)} == {None}
+
+
 def test_links_down_lower_the_figure() -> None:
     topology = _mini()
     gpu = topology.nodes[0].gpus[0]

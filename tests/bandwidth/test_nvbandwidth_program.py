@@ -63,14 +63,17 @@ def _states(topology: Topology, tmp_path: Path) -> list[Path]:
 
 
 def _job(topology: Topology, states: Sequence[Path], extra_env: dict[str, str] | None = None,
-         args: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
-    """Run one rank per node at once; the merged document and each rank's stderr."""
+         args: Sequence[str] = (), rank_env: Sequence[dict[str, str]] | None = None
+         ) -> tuple[dict[str, Any], list[str]]:
+    """Run one rank per node at once; the merged document and each rank's stderr.
+    ``rank_env``: more environment per rank (its node's pod)."""
+    rank_env = rank_env or [{} for _ in states]
     port = _free_port()
     peers = ",".join([f"127.0.0.1:{port}"] * len(states))
     procs = [subprocess.Popen(
         [str(program.path()), "--rank", str(r), "--peers", peers, "--port", str(port),
          "--node", node.name, "--timeout", "20", *args],
-        env={**nvml_env(state), **(extra_env or {})},
+        env={**nvml_env(state), **(extra_env or {}), **rank_env[r]},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r, (node, state) in enumerate(zip(topology.nodes, states, strict=True))]
     outs, errs = [], []
@@ -197,3 +200,71 @@ def test_a_degraded_gpu_in_a_domain_keeps_half_its_nvlink(tmp_path: Path) -> Non
     sick = 4 * 2 + 1
     assert doc["bandwidth"][0][sick] == doc["bandwidth"][0][1] * model.DEGRADED_SHARE
     assert doc["paths"][0][sick] == "nvlink-fabric"
+
+
+def _domain_env(tmp_path: Path) -> dict[str, str]:
+    channels = tmp_path / "channels"
+    channels.mkdir()
+    (channels / "channel0").touch()
+    return {"FAKEGPU_COMPUTE_DOMAIN": "d", "FAKEGPU_IMEX_CHANNEL": "0",
+            "FAKEGPU_IMEX_CHANNEL_DIR": str(channels)}
+
+
+def test_a_node_whose_imex_daemon_does_not_answer_falls_back_to_the_network(
+    tmp_path: Path,
+) -> None:
+    topology = _mini()
+    env = _domain_env(tmp_path)
+    with socket.socket() as daemon, socket.socket() as dead:
+        daemon.bind(("127.0.0.1", 0))
+        daemon.listen(16)  # the kernel completes the probes' connections: an answering daemon
+        dead.bind(("127.0.0.1", 0))  # bound, never listening: refused, as a killed daemon
+        up = f"127.0.0.1:{daemon.getsockname()[1]}"
+        down = f"127.0.0.1:{dead.getsockname()[1]}"
+        rank_env = [{"FAKEGPU_IMEX_DAEMON": down if n.name == "gb200-2" else up}
+                    for n in topology.nodes]
+        doc, _ = _job(topology, _states(topology, tmp_path), env, rank_env=rank_env)
+    values, paths = _expected(model.topology_views(topology, compute_domain="d",
+                                                   imex_down=["gb200-2"]),
+                              topology.network.gbps_per_gpu)
+    assert doc["bandwidth"] == values and doc["paths"] == paths
+    assert [g["imex_daemon"] for g in doc["gpus"]] == [
+        n.name != "gb200-2" for n in topology.nodes for _ in n.gpus]
+    assert doc["paths"][8][0] == "network" and doc["paths"][8][9] == "nvlink-local"
+    assert doc["paths"][0][4] == "nvlink-fabric"
+
+
+def test_the_imex_daemon_endpoint_may_be_ipv6(tmp_path: Path) -> None:
+    try:
+        daemon = socket.socket(socket.AF_INET6)
+        daemon.bind(("::1", 0))
+    except OSError as err:
+        pytest.skip(f"this host has no IPv6 loopback (::1): {err}")
+    topology = _mini()
+    with daemon:
+        daemon.listen(16)
+        env = {**_domain_env(tmp_path), "FAKEGPU_IMEX_DAEMON": f"[::1]:{daemon.getsockname()[1]}"}
+        doc, _ = _job(topology, _states(topology, tmp_path), env)
+    assert {g["imex_daemon"] for g in doc["gpus"]} == {True}
+    assert doc["bandwidth"] == _expected(model.topology_views(topology, compute_domain="d"),
+                                         topology.network.gbps_per_gpu)[0]
+
+
+def test_without_the_daemon_variable_imex_daemon_is_null(tmp_path: Path) -> None:
+    topology = _mini()
+    doc, _ = _job(topology, _states(topology, tmp_path))
+    assert {g["imex_daemon"] for g in doc["gpus"]} == {None}
+
+
+@pytest.mark.parametrize("value", ["nowhere", "::1:50000", "host:0", "host:x", "[::1]50000",
+                                   ":50000"])
+def test_a_malformed_imex_daemon_variable_exits_2_with_one_line(tmp_path: Path,
+                                                                value: str) -> None:
+    state = _states(_mini(), tmp_path)[0]
+    out = subprocess.run([str(program.path())],
+                         env={**nvml_env(state), "FAKEGPU_IMEX_DAEMON": value},
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("nvbandwidth: FAKEGPU_IMEX_DAEMON: "), out.stderr
+    assert value in out.stderr

@@ -2,7 +2,8 @@
  * for every pair of GPUs of a job, the bandwidth the real hardware is rated for, derived from
  * what NVML shows it (NVLink versions and link states, P2P status, fabric cluster UUID, clique,
  * state and health) and from the job's ComputeDomain (FAKEGPU_COMPUTE_DOMAIN, the IMEX channel
- * FAKEGPU_IMEX_CHANNEL and its device node). The rules are fakegpu/bandwidth/model.py's.
+ * FAKEGPU_IMEX_CHANNEL and its device node, and whether the node's IMEX daemon at
+ * FAKEGPU_IMEX_DAEMON answers). The rules are fakegpu/bandwidth/model.py's.
  * Not NVIDIA's code.
  *
  * One process per node (rank), MPI style: rank 0 listens on --port, every other rank connects
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,7 @@
 #define CHANNEL_DIR "/dev/nvidia-caps-imex-channels"
 #define EXIT_USAGE 2
 #define EXIT_FAIL 1
+#define IMEX_PROBE_MS 500 /* a daemon on the node's pod network answers far sooner */
 
 struct gpu {
     int rank;
@@ -50,6 +53,7 @@ struct gpu {
     char node[64];
     char domain[64];        /* "-" when none */
     int has_channel;
+    int imex_daemon;        /* 1 answers, 0 does not, -1 not told where it is */
     char clique[64];        /* "<clusterUuid>.<cliqueId>" or "-" */
     int fabric_completed;
     int degraded;
@@ -141,6 +145,64 @@ static void channel_of(char *domain, size_t size, int *has_channel)
     }
 }
 
+/* The node's IMEX daemon endpoint, FAKEGPU_IMEX_DAEMON (HOST:PORT or [IPV6]:PORT: the
+ * compute-domain plugin puts the daemon pod's there); imex_host empty when not set. */
+static char imex_host[256], imex_port[8];
+
+static void imex_daemon_endpoint(void)
+{
+    const char *ep = getenv("FAKEGPU_IMEX_DAEMON");
+    if (!ep || !*ep) return;
+    char host[256] = "";
+    const char *port = NULL;
+    if (ep[0] == '[') {
+        const char *end = strchr(ep, ']');
+        if (end && end[1] == ':' && end - ep - 1 < (long)sizeof(host)) {
+            snprintf(host, sizeof(host), "%.*s", (int)(end - ep - 1), ep + 1);
+            port = end + 2;
+        }
+    } else {
+        const char *colon = strchr(ep, ':');
+        /* one colon only: a bare IPv6 address would be ambiguous */
+        if (colon && strchr(colon + 1, ':') == NULL && colon - ep < (long)sizeof(host)) {
+            snprintf(host, sizeof(host), "%.*s", (int)(colon - ep), ep);
+            port = colon + 1;
+        }
+    }
+    char *end = NULL;
+    long number = port ? strtol(port, &end, 10) : 0;
+    if (!*host || !port || !*port || *end != '\0' || number < 1 || number > 65535)
+        die(EXIT_USAGE, "FAKEGPU_IMEX_DAEMON: '%s' is not HOST:PORT or [IPV6]:PORT", ep);
+    snprintf(imex_host, sizeof(imex_host), "%s", host);
+    snprintf(imex_port, sizeof(imex_port), "%ld", number);
+}
+
+/* Whether the node's IMEX daemon answers, as a channel user depends on it: something accepts
+ * a TCP connection at its endpoint within IMEX_PROBE_MS; -1 when not told where it is. */
+static int imex_daemon_answers(void)
+{
+    if (!*imex_host) return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(imex_host, imex_port, &hints, &res) != 0) return 0;
+    int ok = 0;
+    for (struct addrinfo *ai = res; ai && !ok; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fd < 0) continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            ok = 1;
+        } else if (errno == EINPROGRESS) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int err = 0;
+            socklen_t len = sizeof(err);
+            ok = poll(&p, 1, IMEX_PROBE_MS) == 1 &&
+                 getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return ok;
+}
+
 static void read_local(int rank, const char *node)
 {
     nvmlReturn_t rc = nvmlInit_v2();
@@ -152,6 +214,7 @@ static void read_local(int rank, const char *node)
     char domain[64];
     int has_channel;
     channel_of(domain, sizeof(domain), &has_channel);
+    int imex = imex_daemon_answers(); /* once per node: every GPU here shares the daemon */
     for (unsigned i = 0; i < count; i++) {
         struct gpu *g = &all[nall++];
         memset(g, 0, sizeof(*g));
@@ -166,6 +229,7 @@ static void read_local(int rank, const char *node)
         snprintf(g->node, sizeof(g->node), "%s", node);
         snprintf(g->domain, sizeof(g->domain), "%s", domain);
         g->has_channel = has_channel;
+        g->imex_daemon = imex;
         clique_of(handles[i], g);
         links_of(handles[i], g);
     }
@@ -176,9 +240,9 @@ static void read_local(int rank, const char *node)
 
 static void send_line(FILE *f, const struct gpu *g)
 {
-    fprintf(f, "G %d %d %s %s %s %d %s %d %d %d %d %s\n", g->rank, g->index, g->uuid, g->node,
-            g->domain, g->has_channel, g->clique, g->fabric_completed, g->degraded,
-            g->nvlink_version, g->links_up, g->name);
+    fprintf(f, "G %d %d %s %s %s %d %d %s %d %d %d %d %s\n", g->rank, g->index, g->uuid,
+            g->node, g->domain, g->has_channel, g->imex_daemon, g->clique, g->fabric_completed,
+            g->degraded, g->nvlink_version, g->links_up, g->name);
 }
 
 static int read_lines(FILE *f)
@@ -190,10 +254,10 @@ static int read_lines(FILE *f)
         struct gpu *g = &all[nall];
         memset(g, 0, sizeof(*g));
         int used = 0;
-        if (sscanf(line, "G %d %d %95s %63s %63s %d %63s %d %d %d %d %n", &g->rank, &g->index,
-                   g->uuid, g->node, g->domain, &g->has_channel, g->clique,
-                   &g->fabric_completed, &g->degraded, &g->nvlink_version, &g->links_up,
-                   &used) != 11)
+        if (sscanf(line, "G %d %d %95s %63s %63s %d %d %63s %d %d %d %d %n", &g->rank,
+                   &g->index, g->uuid, g->node, g->domain, &g->has_channel, &g->imex_daemon,
+                   g->clique, &g->fabric_completed, &g->degraded, &g->nvlink_version,
+                   &g->links_up, &used) != 12)
             return -1;
         snprintf(g->name, sizeof(g->name), "%s", line + used);
         g->name[strcspn(g->name, "\n")] = '\0';
@@ -308,7 +372,9 @@ static const char *pair(const struct gpu *a, const struct gpu *b, double *value)
     int fabric = strcmp(a->clique, "-") != 0 && strcmp(a->clique, b->clique) == 0 &&
                  a->fabric_completed && b->fabric_completed && a->links_up && b->links_up &&
                  strcmp(a->domain, "-") != 0 && strcmp(a->domain, b->domain) == 0 &&
-                 a->has_channel && b->has_channel;
+                 a->has_channel && b->has_channel &&
+                 /* a channel is usable only while the node's IMEX daemon runs */
+                 a->imex_daemon != 0 && b->imex_daemon != 0;
     if (fabric) {
         *value = min2(nvlink_speed(a), nvlink_speed(b));
         return "nvlink-fabric";
@@ -328,12 +394,15 @@ static void print_json(int rank, int world)
         const struct gpu *g = &all[k];
         printf("%s\n  {\"rank\": %d, \"node\": \"%s\", \"index\": %d, \"uuid\": \"%s\", "
                "\"name\": \"%s\", \"clique\": %s%s%s, \"compute_domain\": %s%s%s, "
-               "\"imex_channel\": %s, \"nvlink_version\": %d, \"links_up\": %d, "
-               "\"fabric_degraded\": %s}", k ? "," : "", g->rank, g->node, g->index, g->uuid,
+               "\"imex_channel\": %s, \"imex_daemon\": %s, \"nvlink_version\": %d, "
+               "\"links_up\": %d, \"fabric_degraded\": %s}", k ? "," : "", g->rank, g->node,
+               g->index, g->uuid,
                g->name, strcmp(g->clique, "-") ? "\"" : "", strcmp(g->clique, "-") ? g->clique
                : "null", strcmp(g->clique, "-") ? "\"" : "", strcmp(g->domain, "-") ? "\"" : "",
                strcmp(g->domain, "-") ? g->domain : "null", strcmp(g->domain, "-") ? "\"" : "",
-               g->has_channel ? "true" : "false", g->nvlink_version, g->links_up,
+               g->has_channel ? "true" : "false",
+               g->imex_daemon < 0 ? "null" : g->imex_daemon ? "true" : "false",
+               g->nvlink_version, g->links_up,
                g->degraded ? "true" : "false");
     }
     printf("],\n \"rows\": [");
@@ -403,6 +472,7 @@ int main(int argc, char **argv)
         node = host;
     }
     if (strpbrk(node, " \t\n\"\\")) die(EXIT_USAGE, "--node: '%s' has blanks or quotes", node);
+    imex_daemon_endpoint();
     fprintf(stderr, "nvbandwidth (fakegpu): SIMULATION, rank %d of %d on %s: figures are the "
                     "rated bandwidth of each path, no data is moved\n", rank, world, node);
     read_local(rank, node);
