@@ -52,7 +52,8 @@ from peers import EXAMPLE_DRIVER_GIT, example_driver
 from fakegpu.plugin.discovery import Device, Inventory
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
 from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
-from fakegpu.plugin.server import PluginServers, socket_alive, socket_paths
+from fakegpu.plugin.server import PluginServers
+from fakegpu.plugin.sockets import socket_alive, socket_paths
 
 DRIVER, GPUS, CLAIMS, NAMESPACE = "gpu.fakegpu.dev", 8, 100, "bench"
 REPO = Path(__file__).resolve().parents[1]

@@ -38,7 +38,8 @@ with atheris.instrument_imports(include=["fakegpu.plugin"]):
     from fakegpu.plugin import checkpoint, names
     from fakegpu.plugin.discovery import discover
     from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-    from fakegpu.plugin.server import PluginServers, socket_paths
+    from fakegpu.plugin.server import PluginServers
+    from fakegpu.plugin.sockets import socket_paths
 
 import grpc
 

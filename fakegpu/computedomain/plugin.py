@@ -44,7 +44,8 @@ from fakegpu.plugin import names as safe
 from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
 from fakegpu.plugin.driver import PrepareResult
 from fakegpu.plugin.prepare import ClaimRef
-from fakegpu.plugin.server import PluginServers, socket_paths
+from fakegpu.plugin.server import PluginServers
+from fakegpu.plugin.sockets import socket_paths
 
 from . import fabric, kube
 from .names import (

@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def ready(kubelet_root: Path, driver: str, instance_id: str) -> tuple[bool, str]:
-    from fakegpu.plugin.server import socket_alive, socket_paths
+    from fakegpu.plugin.sockets import socket_alive, socket_paths
 
     paths = socket_paths(kubelet_root, driver, instance_id)
     down = [str(p) for p in (paths.registration, paths.dra) if not socket_alive(p)]

@@ -25,7 +25,8 @@ from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .kube import Kube
 from .publish import SlicePublisher, merge_taints
-from .server import PluginServers, SocketPaths, socket_alive, socket_paths
+from .server import PluginServers
+from .sockets import SocketPaths, socket_alive, socket_paths
 
 log = logging.getLogger(__name__)
 DEFAULT_DRIVER = "gpu.fakegpu.dev"

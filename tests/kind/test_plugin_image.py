@@ -23,7 +23,7 @@ from fakegpu.plugin.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from fakegpu.plugin.server import socket_paths
+from fakegpu.plugin.sockets import socket_paths
 from fakegpu.topology.load import load_topology
 
 from .conftest import REPO

@@ -25,7 +25,8 @@ from fakegpu.plugin.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from fakegpu.plugin.server import PluginServers, socket_paths
+from fakegpu.plugin.server import PluginServers
+from fakegpu.plugin.sockets import socket_paths
 
 from .helpers import DRIVER, NODE, ClaimStore, gpu, inventory
 
