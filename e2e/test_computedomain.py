@@ -18,13 +18,22 @@ from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.computedomain.names import (
     ENV_CHANNEL,
     ENV_DOMAIN,
-    PLURAL,
-    VERSION,
     Names,
     for_gpu_driver,
 )
 from fakegpu.deploy.manifests import NAMESPACE as DRIVER_NAMESPACE
 from fakegpu.testkit import faults, k8s
+from fakegpu.testkit.computedomain import (
+    create,
+    delete,
+    get,
+    gpu_cliques,
+    node_entry,
+    ready,
+    wait_domain,
+    wait_gone,
+    wait_nothing_left,
+)
 from fakegpu.testkit.dra import PodClaim, ResourceApi, pod_manifest
 from fakegpu.testkit.wait import NotYet, wait_for
 
@@ -53,93 +62,23 @@ def gpu_nodes(fakegpu_cluster: ClusterInfo, resource_api: ResourceApi) -> list[s
 @pytest.fixture
 def domains(k8s_client: Any, names: Names) -> Iterator[Callable[[str, str, int], dict[str, Any]]]:
     """Create ComputeDomains; each is deleted (and waited for) after the test."""
-    custom: Any = kclient.CustomObjectsApi(k8s_client)
     made: list[tuple[str, str]] = []
 
-    def create(namespace: str, name: str, num_nodes: int) -> dict[str, Any]:
-        body = {"apiVersion": names.api_version, "kind": "ComputeDomain",
-                "metadata": {"name": name},
-                "spec": {"numNodes": num_nodes,
-                         "channel": {"resourceClaimTemplate": {"name": TEMPLATE}}}}
+    def create_domain(namespace: str, name: str, num_nodes: int) -> dict[str, Any]:
         made.append((namespace, name))
-        out: dict[str, Any] = custom.create_namespaced_custom_object(
-            names.group, VERSION, namespace, PLURAL, body)
-        return out
+        return create(k8s_client, names, namespace, name, num_nodes, TEMPLATE)
 
-    yield create
+    yield create_domain
     for namespace, name in made:
-        try:
-            custom.delete_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, name)
-        except kclient.ApiException as err:
-            if err.status != 404:
-                raise
+        delete(k8s_client, names, namespace, name)
     for namespace, name in made:
-        wait_for(_gone_check(custom, names, namespace, name),
-                 what=f"ComputeDomain {namespace}/{name} to be gone", timeout=TIMEOUT)
-
-
-def _gone_check(custom: Any, names: Names, namespace: str, name: str) -> Callable[[], None]:
-    return lambda: _gone(custom, names, namespace, name)
-
-
-def _gone(custom: Any, names: Names, namespace: str, name: str) -> None:
-    try:
-        custom.get_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, name)
-    except kclient.ApiException as err:
-        if err.status == 404:
-            return
-        raise
-    raise NotYet("still there")
-
-
-def get_domain(k8s_client: Any, names: Names, namespace: str, name: str) -> dict[str, Any]:
-    custom: Any = kclient.CustomObjectsApi(k8s_client)
-    out: dict[str, Any] = custom.get_namespaced_custom_object(names.group, VERSION, namespace,
-                                                              PLURAL, name)
-    return out
-
-
-def wait_domain(k8s_client: Any, names: Names, namespace: str, name: str,
-                check: Callable[[dict[str, Any]], str], what: str,
-                interval: float = 1.0) -> dict[str, Any]:
-    """Wait until ``check`` (which returns why not, or "") passes on the domain."""
-
-    def ok() -> dict[str, Any]:
-        cd = get_domain(k8s_client, names, namespace, name)
-        if why := check(cd):
-            raise NotYet(f"{why}; status: {cd.get('status')}")
-        return cd
-
-    return wait_for(ok, what=f"ComputeDomain {namespace}/{name} {what}", timeout=TIMEOUT,
-                    interval=interval, is_transient=k8s.is_transient_api_error)
-
-
-def node_entry(cd: dict[str, Any], node: str) -> dict[str, Any]:
-    return next((n for n in (cd.get("status") or {}).get("nodes") or []
-                 if n.get("name") == node), {})
-
-
-def ready(n: int) -> Callable[[dict[str, Any]], str]:
-    def check(cd: dict[str, Any]) -> str:
-        status = cd.get("status") or {}
-        up = [x for x in status.get("nodes") or [] if x.get("status") == "Ready"]
-        if status.get("status") != "Ready" or len(up) < n:
-            return f"{len(up)} of {n} nodes ready, domain {status.get('status')}"
-        return ""
-    return check
+        wait_gone(k8s_client, names, namespace, name, timeout=TIMEOUT)
 
 
 def channel_pod(name: str, image: str, node: str) -> dict[str, Any]:
     pod = pod_manifest(name, image, ["sleep", "3600"], [PodClaim("imex", template=TEMPLATE)])
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return pod
-
-
-def gpu_cliques(resource_api: ResourceApi, driver: str, node: str) -> set[str]:
-    """The clique IDs the node's GPU plugin publishes (attribute fakegpu.dev/cliqueID)."""
-    return {d["attributes"]["fakegpu.dev/cliqueID"]["string"]
-            for s in resource_api.slices(driver, node) for d in s["spec"].get("devices") or []
-            if "fakegpu.dev/cliqueID" in (d.get("attributes") or {})}
 
 
 def test_a_four_node_domain_gets_ready_and_its_pods_see_the_channel_then_leave_nothing(
@@ -177,44 +116,8 @@ def test_a_four_node_domain_gets_ready_and_its_pods_see_the_channel_then_leave_n
     # Deleting the workloads and then the domain leaves nothing of it anywhere.
     for i in range(len(nodes)):
         core_v1.delete_namespaced_pod(f"w{i}", namespace, grace_period_seconds=0)
-    kclient.CustomObjectsApi(k8s_client).delete_namespaced_custom_object(
-        names.group, VERSION, namespace, PLURAL, "four")
-    wait_for(lambda: _nothing_left(k8s_client, names, namespace, uid),
-             what=f"nothing left of ComputeDomain {uid}", timeout=TIMEOUT,
-             is_transient=k8s.is_transient_api_error)
-
-
-def _nothing_left(k8s_client: Any, names: Names, namespace: str, uid: str) -> None:
-    custom: Any = kclient.CustomObjectsApi(k8s_client)
-    core: Any = kclient.CoreV1Api(k8s_client)
-    apps: Any = kclient.AppsV1Api(k8s_client)
-    selector = f"{names.label_key}={uid}"
-    left = []
-    try:
-        custom.get_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, "four")
-        left.append("the ComputeDomain")
-    except kclient.ApiException as err:
-        if err.status != 404:
-            raise
-    left += [f"template {t['metadata']['namespace']}/{t['metadata']['name']}"
-             for t in custom.list_cluster_custom_object(
-                 "resource.k8s.io", "v1", "resourceclaimtemplates",
-                 label_selector=selector)["items"]]
-    left += [f"daemon set {d.metadata.name}" for d in apps
-             .list_daemon_set_for_all_namespaces(label_selector=selector).items]
-    left += [f"pod {p.metadata.namespace}/{p.metadata.name}"
-             for p in core.list_pod_for_all_namespaces(label_selector=selector).items]
-    left += [f"node label on {n.metadata.name}"
-             for n in core.list_node(label_selector=selector).items]
-    for ns in (namespace, DRIVER_NAMESPACE):
-        for claim in custom.list_namespaced_custom_object("resource.k8s.io", "v1", ns,
-                                                          "resourceclaims")["items"]:
-            configs = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
-            if ns == namespace or any((c.get("opaque") or {}).get("parameters", {})
-                                      .get("domainID") == uid for c in configs):
-                left.append(f"claim {ns}/{claim['metadata']['name']}")
-    if left:
-        raise NotYet(", ".join(left))
+    delete(k8s_client, names, namespace, "four")
+    wait_nothing_left(k8s_client, names, namespace, "four", uid, timeout=TIMEOUT)
 
 
 def test_a_degraded_fabric_and_a_killed_imex_daemon_show_in_the_domain_status(
@@ -247,7 +150,7 @@ def test_a_degraded_fabric_and_a_killed_imex_daemon_show_in_the_domain_status(
                        what=f"an IMEXDaemonNotReady event about {b}", timeout=TIMEOUT,
                        is_transient=k8s.is_transient_api_error)
     assert "GPU 1" in message and "degraded" in message, message
-    assert node_entry(get_domain(k8s_client, names, namespace, "pair"), a)["status"] == "Ready"
+    assert node_entry(get(k8s_client, names, namespace, "pair"), a)["status"] == "Ready"
     # ...until it heals.
     faults.clear(fakegpu_cluster, b, 1)
     wait_domain(k8s_client, names, namespace, "pair", ready(2), "Ready again")

@@ -17,19 +17,12 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu.bandwidth import launcher, model
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.computedomain.names import for_gpu_driver
+from fakegpu.testkit import computedomain as cdkit
 from fakegpu.testkit import faults, k8s
-from fakegpu.testkit.dra import (
-    PodClaim,
-    ResourceApi,
-    allocation_results,
-    attribute_value,
-    pod_claim_name,
-    pod_manifest,
-    published_device,
-)
-from fakegpu.testkit.wait import NotYet, wait_for
+from fakegpu.testkit.bandwidth import allocated_uuids, expected, run, start_workers
+from fakegpu.testkit.dra import ResourceApi
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
@@ -45,59 +38,17 @@ def topology(fakegpu_cluster: ClusterInfo) -> Topology:
     return load_topology(fakegpu_cluster.topology)
 
 
-def _start_workers(cluster: ClusterInfo, core: kclient.CoreV1Api, api: ResourceApi,
-                   namespace: str, topology: Topology, *, channel: bool = False) -> list[Any]:
-    """One pod per node holding all the node's GPUs (and the domain's channel); running."""
-    api.create("resourceclaimtemplates", api.claim_template("all-gpus", [
-        api.device_request("gpus", cluster.driver_name, count=len(topology.nodes[0].gpus))]),
-        namespace)
-    claims = [PodClaim("gpus", template="all-gpus")]
-    if channel:
-        claims.append(PodClaim("imex", template=CHANNEL_TEMPLATE))
-    for node in topology.nodes:
-        pod = pod_manifest(f"bw-{node.name}", cluster.workload_image, ["sleep", "3600"], claims,
-                           labels={"app.kubernetes.io/name": "nvbandwidth"})
-        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node.name}
-        k8s.create_pod(core, namespace, pod)
-    for node in topology.nodes:
-        k8s.wait_pod_running(core, namespace, f"bw-{node.name}", timeout=TIMEOUT)
-    return launcher.worker_pods(core, namespace)
-
-
-def _allocated_uuids(cluster: ClusterInfo, api: ResourceApi, namespace: str,
-                     pods: list[Any]) -> list[str]:
-    """The GPU UUIDs the pods' claims got, as the slices publish them, in node/index order."""
-    out = []
-    for pod in pods:
-        claim = api.claim(namespace, pod_claim_name(pod, "gpus"))
-        devices = [published_device(api, cluster.driver_name, r["pool"], r["device"])
-                   for r in allocation_results(claim, cluster.driver_name)]
-        devices.sort(key=lambda d: int(attribute_value(d, "index")))
-        out += [str(attribute_value(d, "uuid")) for d in devices]
-    return out
-
-
-def _expected(topology: Topology, **kwargs: Any) -> tuple[list[Any], list[Any]]:
-    values, paths = model.matrix(model.topology_views(topology, **kwargs),
-                                 topology.network.gbps_per_gpu)
-    return values, [[p.value for p in row] for row in paths]
-
-
-def _run(core: kclient.CoreV1Api, namespace: str, pods: list[Any],
-         topology: Topology) -> dict[str, Any]:
-    return launcher.run(core, namespace, pods, network_gbps=topology.network.gbps_per_gpu)
-
-
 def test_without_a_domain_nvlink_stays_inside_each_node_and_a_degraded_gpu_shows(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
     namespace: str, topology: Topology, fault_guard: list[tuple[str, int]],
 ) -> None:
-    pods = _start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology)
-    doc = _run(core_v1, namespace, pods, topology)
+    pods = start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology,
+                         timeout=TIMEOUT)
+    doc = run(core_v1, namespace, pods, topology)
     assert doc["simulation"] is True
-    assert [g["uuid"] for g in doc["gpus"]] == _allocated_uuids(
+    assert [g["uuid"] for g in doc["gpus"]] == allocated_uuids(
         fakegpu_cluster, resource_api, namespace, pods)
-    values, paths = _expected(topology)
+    values, paths = expected(topology)
     assert doc["paths"] == paths
     assert doc["bandwidth"] == values
     assert {p for row in doc["paths"] for p in row} == {"self", "nvlink-local", "network"}
@@ -106,8 +57,8 @@ def test_without_a_domain_nvlink_stays_inside_each_node_and_a_degraded_gpu_shows
     node, gpu = topology.nodes[1].name, 2
     fault_guard.append((node, gpu))
     faults.inject(fakegpu_cluster, node, gpu, "fabric-degraded")
-    again = _run(core_v1, namespace, pods, topology)
-    values, paths = _expected(topology, degraded=[(node, gpu)])
+    again = run(core_v1, namespace, pods, topology)
+    values, paths = expected(topology, degraded=[(node, gpu)])
     assert again["bandwidth"] == values and again["paths"] == paths
     sick = 4 * 1 + gpu
     assert again["gpus"][sick]["fabric_degraded"] is True
@@ -118,17 +69,9 @@ def test_without_a_domain_nvlink_stays_inside_each_node_and_a_degraded_gpu_shows
 def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
                    ) -> Iterator[dict[str, Any]]:
     """A ComputeDomain over the 4 nodes whose channel template the workers use."""
-    from fakegpu.computedomain.names import PLURAL, VERSION, for_gpu_driver
-
     names = for_gpu_driver(fakegpu_cluster.driver_name)
-    custom: Any = kclient.CustomObjectsApi(k8s_client)
-    body = {"apiVersion": names.api_version, "kind": "ComputeDomain",
-            "metadata": {"name": "bandwidth"},
-            "spec": {"numNodes": 4,
-                     "channel": {"resourceClaimTemplate": {"name": CHANNEL_TEMPLATE}}}}
     try:
-        cd = custom.create_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
-                                                    body)
+        cd = cdkit.create(k8s_client, names, namespace, "bandwidth", 4, CHANNEL_TEMPLATE)
     except kclient.ApiException as err:
         if err.status == 404:
             pytest.skip(f"the cluster has no ComputeDomain API ({names.api_version}): "
@@ -141,33 +84,21 @@ def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
         core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
     for pod in core.list_namespaced_pod(namespace).items:
         k8s.wait_pod_gone(core, namespace, pod.metadata.name, timeout=TIMEOUT)
-    custom.delete_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, "bandwidth")
-
-    def gone() -> None:
-        try:
-            custom.get_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
-                                                "bandwidth")
-        except kclient.ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        raise NotYet("still there")
-
-    wait_for(gone, what=f"ComputeDomain {namespace}/bandwidth to be gone", timeout=TIMEOUT,
-             is_transient=k8s.is_transient_api_error)
+    cdkit.delete(k8s_client, names, namespace, "bandwidth")
+    cdkit.wait_gone(k8s_client, names, namespace, "bandwidth", timeout=TIMEOUT)
 
 
 def test_with_a_domain_every_pair_gets_nvlink(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
     namespace: str, topology: Topology, compute_domain: dict[str, Any],
 ) -> None:
-    pods = _start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology,
-                          channel=True)
-    doc = _run(core_v1, namespace, pods, topology)
+    pods = start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology,
+                         channel_template=CHANNEL_TEMPLATE, timeout=TIMEOUT)
+    doc = run(core_v1, namespace, pods, topology)
     uid = compute_domain["metadata"]["uid"]
     assert {g["compute_domain"] for g in doc["gpus"]} == {uid}
     assert all(g["imex_channel"] for g in doc["gpus"])
-    values, paths = _expected(topology, compute_domain=uid)
+    values, paths = expected(topology, compute_domain=uid)
     assert doc["paths"] == paths
     assert doc["bandwidth"] == values
     n = len(doc["gpus"])
