@@ -49,8 +49,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="image of the IMEX daemon pods (one with a busybox shell and httpd)")
     ctl.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
-    ctl.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                     help="seconds between passes (default: %(default)s)")
+    ctl.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
+                     help="seconds between full passes over every domain, the safety net "
+                          "under the watches (default: %(default)s)")
     add_verbose(ctl)
     ctl.set_defaults(func=_controller)
 
@@ -92,13 +93,13 @@ def _controller(args: argparse.Namespace) -> int:
     from fakegpu.computedomain.controller import Config, Controller
     from fakegpu.kube import api as kubeapi
 
-    if args.interval <= 0:
-        raise InvalidInput(f"--interval must be positive, not {args.interval}")
+    if args.resync <= 0:
+        raise InvalidInput(f"--resync must be positive, not {args.resync}")
     stop = threading.Event()
     _on_signals(stop)
     Controller(kubeapi.connect(args.kubeconfig), Config(
         _names(args.domain), args.namespace, args.daemon_image,
-        args.interval)).run(stop)
+        args.resync)).run(stop)
     return 0
 
 

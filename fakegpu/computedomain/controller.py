@@ -1,19 +1,25 @@
 """The ComputeDomain controller: one process per cluster.
 
-Each pass lists every ComputeDomain and, per domain: keeps the finalizer on it; creates the
-channel ResourceClaimTemplate (the domain's namespace), the daemon claim template and the IMEX
-DaemonSet (the driver's namespace) when missing; drops status entries of nodes that no longer
-run one of the domain's daemon pods and sets ``status.status``. A domain being deleted loses
-all of that, its label on every node, and then its finalizer; objects labelled with the UID of
-a domain that no longer exists are removed too (a domain deleted while the controller was
-down). Polling, not watches: one list per second per kind is nothing for the apiserver at this
-scale, and a missed event can never leave anything behind.
+Per domain: keeps the finalizer on it; creates the channel ResourceClaimTemplate (the domain's
+namespace), the daemon claim template and the IMEX DaemonSet (the driver's namespace) when
+missing; drops status entries of nodes that no longer run one of the domain's daemon pods and
+sets ``status.status``. A domain being deleted loses all of that, its label on every node, and
+then its finalizer; objects labelled with the UID of a domain that no longer exists are
+removed too (a domain deleted while the controller was down).
+
+How work arrives, NVIDIA's way (client-go's informers and work queue): reflectors watch the
+ComputeDomains and what the controller relies on (its templates, DaemonSets and daemon pods,
+found by the domain label, and the nodes); each event puts the UID of the domain it concerns
+on a work queue, and one worker reconciles that domain. A failed reconcile comes back after a
+backoff. A resync every ``resync_s`` reconciles everything (``reconcile_all``, the same code),
+the safety net for anything no event announced.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,11 +29,15 @@ from kubernetes.client.exceptions import ApiException
 from fakegpu.kube import api as kubeapi
 
 from . import kube, objects
-from .names import Names, daemonset_name
+from .names import PLURAL, VERSION, Names, daemonset_name
+from .reflector import DELETED, Reflector, Source
+from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = kube.TIMEOUT_S
 COMPONENT = "fakegpu-compute-domain-controller"
+ALL = ""  # the work queue's key of a resync: reconcile every domain, collect orphans
+STOP_POLL_S = 0.5  # how soon the worker notices a stop (SIGTERM) while idle
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,7 @@ class Config:
     names: Names
     namespace: str  # where daemon sets and daemon claim templates live
     image: str  # the IMEX daemon pods' image
-    interval_s: float = 1.0
+    resync_s: float = 60.0  # between full passes, the safety net under the watches
 
 
 class Controller:
@@ -47,18 +57,114 @@ class Controller:
         self._apps: Any = kube.apps(api)
         self._objects: Any = kube.custom(api)
         self._reported: dict[str, str] = {}  # uid -> last spec error reported
+        self.queue = WorkQueue()
+        self.synced = threading.Event()  # every reflector listed and the first pass done
+        key = self.names.label_key
+        ns = cfg.namespace
+        self._domains = Reflector(Source(
+            "computedomains", self._objects.list_cluster_custom_object,
+            (self.names.group, VERSION, PLURAL)), self._on_domain)
+        self._reflectors = [self._domains, *(Reflector(source, self._on_owned) for source in (
+            Source("resourceclaimtemplates", self._objects.list_cluster_custom_object,
+                   ("resource.k8s.io", "v1", "resourceclaimtemplates"), {"label_selector": key}),
+            Source(f"daemonsets {ns}", self._apps.list_namespaced_daemon_set, (ns,),
+                   {"label_selector": key}),
+            Source(f"pods {ns}", self._core.list_namespaced_pod, (ns,),
+                   {"label_selector": key}))),
+            Reflector(Source("nodes", self._core.list_node), self._on_node)]
 
     def run(self, stop: threading.Event) -> None:
-        log.info("controller running group=%s namespace=%s image=%s", self.names.group,
-                 self.cfg.namespace, self.cfg.image)
-        while not stop.is_set():
-            try:
-                self.reconcile_all()
-            except Exception as err:  # the apiserver away for a moment: the next pass retries
-                log.warning("reconcile pass failed: %s", err)
-            stop.wait(self.cfg.interval_s)
+        """Watch and reconcile until ``stop`` is set; then close the watches and return."""
+        log.info("controller running group=%s namespace=%s image=%s resync=%ss",
+                 self.names.group, self.cfg.namespace, self.cfg.image, self.cfg.resync_s)
+        threads = [threading.Thread(target=r.run, args=(stop,), daemon=True,
+                                    name=f"watch {r.source.what}") for r in self._reflectors]
+        for t in threads:
+            t.start()
+        try:
+            self._work(stop)
+        finally:
+            for r in self._reflectors:
+                r.close()
+            for t in threads:
+                t.join(timeout=5)
+        log.info("controller stopped")
 
-    # --- one pass ------------------------------------------------------------------------------
+    def _work(self, stop: threading.Event) -> None:
+        # As client-go's WaitForCacheSync: reconcile once every reflector has its first list.
+        for r in self._reflectors:
+            while not r.listed.wait(STOP_POLL_S):
+                if stop.is_set():
+                    return
+        self.queue.add(ALL)  # what changed while no controller ran, orphans included
+        next_resync = time.monotonic() + self.cfg.resync_s
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= next_resync:
+                self.queue.add(ALL)
+                next_resync = now + self.cfg.resync_s
+            key = self.queue.get(min(STOP_POLL_S, next_resync - now))
+            if key is not None:
+                self._process(key)
+
+    def _process(self, key: str) -> None:
+        try:
+            if key == ALL:
+                self.reconcile_all()
+                self.synced.set()
+            else:
+                self.reconcile_domain(key)
+        except Exception as err:  # the apiserver away or refusing: the key comes back later
+            delay = self.queue.retry(key)
+            log.warning("%s: %s; again in %.2fs",
+                        "resync" if key == ALL else f"ComputeDomain uid={key}",
+                        _say(err), delay)
+        else:
+            self.queue.forget(key)
+
+    # --- events -> work ------------------------------------------------------------------------
+
+    def _on_domain(self, _kind: str, cd: dict[str, Any]) -> None:
+        self.queue.add(str(cd["metadata"]["uid"]))
+
+    def _on_owned(self, _kind: str, obj: dict[str, Any]) -> None:
+        """A template, DaemonSet or daemon pod: its domain, by the label every one carries."""
+        if uid := (obj["metadata"].get("labels") or {}).get(self.names.label_key):
+            self.queue.add(uid)
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        self._on_owned(kind, node)
+        if kind == DELETED:  # a domain being deleted force-deletes the gone node's daemon pods
+            for cd in self._domains.objects():
+                if cd["metadata"].get("deletionTimestamp"):
+                    self.queue.add(str(cd["metadata"]["uid"]))
+
+    # --- one domain, or all ----------------------------------------------------------------------
+
+    def reconcile_domain(self, uid: str) -> None:
+        """Reconcile the domain with this UID, or remove what it left if it is gone. API
+        errors propagate (the caller retries with a backoff)."""
+        cd = self._current(uid)
+        if cd is None:
+            log.info("removing what ComputeDomain uid=%s left behind", uid)
+            self._cleanup(uid, channel_namespace=None)
+        else:
+            self._handle(cd)
+
+    def _current(self, uid: str) -> dict[str, Any] | None:
+        """The domain as the apiserver has it now; None when it is gone."""
+        seen = next((d for d in self._domains.objects() if d["metadata"].get("uid") == uid),
+                    None)
+        if seen is None:  # not seen (yet, or any more): the apiserver's list decides
+            return kube.find_domain(self.api, self.names, uid)
+        try:
+            cd = kube.get_domain(self.api, self.names, seen["metadata"]["namespace"],
+                                 seen["metadata"]["name"])
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            return None
+        return cd if cd["metadata"].get("uid") == uid else None
 
     def reconcile_all(self) -> None:
         domains = kube.list_domains(self.api, self.names)
@@ -66,21 +172,27 @@ class Controller:
                  if not d["metadata"].get("deletionTimestamp")}
         for cd in domains:
             try:
-                if cd["metadata"].get("deletionTimestamp"):
-                    self._finalize(cd)
-                else:
-                    self._reconcile(cd)
-            except objects.SpecError as err:
-                uid = cd["metadata"]["uid"]
-                if self._reported.get(uid) != str(err):
-                    self._reported[uid] = str(err)
-                    log.error("%s", err)
-                    kube.event(self.api, self.names, cd, "InvalidSpec", str(err), warning=True,
-                               component=COMPONENT)
+                self._handle(cd)
             except ApiException as err:
                 log.warning("ComputeDomain %s/%s: %s %s", cd["metadata"]["namespace"],
                             cd["metadata"]["name"], err.status, err.reason)
         self._collect_orphans(alive)
+
+    def _handle(self, cd: dict[str, Any]) -> None:
+        """Reconcile or finalize one domain; a spec it cannot act on is said once, as an
+        event on it."""
+        try:
+            if cd["metadata"].get("deletionTimestamp"):
+                self._finalize(cd)
+            else:
+                self._reconcile(cd)
+        except objects.SpecError as err:
+            uid = cd["metadata"]["uid"]
+            if self._reported.get(uid) != str(err):
+                self._reported[uid] = str(err)
+                log.error("%s", err)
+                kube.event(self.api, self.names, cd, "InvalidSpec", str(err), warning=True,
+                           component=COMPONENT)
 
     def _reconcile(self, cd: dict[str, Any]) -> None:
         meta = cd["metadata"]
@@ -155,7 +267,7 @@ class Controller:
             return
         uid = meta["uid"]
         if not self._cleanup(uid, channel_namespace=meta["namespace"]):
-            return  # daemon pods still stopping: the next pass looks again
+            return  # daemon pods still stopping: their deletion events bring the domain back
         meta["finalizers"] = [f for f in meta["finalizers"] if f != self.names.finalizer]
         try:
             kube.replace(self.api, self.names, cd)
@@ -231,6 +343,12 @@ class Controller:
 def _ready_count(cd: dict[str, Any]) -> int:
     return sum(1 for n in (cd.get("status") or {}).get("nodes") or []
                if n.get("status") == "Ready")
+
+
+def _say(err: BaseException) -> str:
+    if isinstance(err, ApiException):
+        return f"{err.status} {err.reason}"
+    return f"{type(err).__name__}: {err}"
 
 
 def _ignore_404(call: Any) -> None:

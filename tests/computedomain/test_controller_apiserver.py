@@ -1,9 +1,15 @@
 """The ComputeDomain controller against a real kube-apiserver (no kubelets, no other
 controllers): what it creates for a domain, how status follows the daemons' entries, and that
-deletion leaves nothing behind, also for daemon pods of nodes that are gone."""
+deletion leaves nothing behind, also for daemon pods of nodes that are gone; then the running
+controller: driven by watch events (not by its resync), and stopped cleanly by SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +27,17 @@ from fakegpu.wait import NotYet, wait_for
 
 pytestmark = pytest.mark.integration
 NAMES = for_gpu_driver("gpu.nvidia.com")
+# The running controller's resync, and how long its tests wait for what they expect: far
+# shorter, so only the watches can explain what happens.
+RESYNC_S = 300.0
+WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
 def apis(tmp_path_factory: pytest.TempPathFactory
-         ) -> Iterator[tuple[client.ApiClient, client.ApiClient]]:
-    """(admin, the controller's own service account as the chart grants it)."""
+         ) -> Iterator[tuple[client.ApiClient, client.ApiClient, Path]]:
+    """(admin, the controller's own service account as the chart grants it, and that
+    account's kubeconfig)."""
     from fakegpu.cluster import binaries, install
     from fakegpu.cluster.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
@@ -47,21 +58,22 @@ def apis(tmp_path_factory: pytest.TempPathFactory
 
         wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
         assert cp.certs is not None
-        own = kubeapi.connect(computedomains.controller_credentials(
+        own_config = computedomains.controller_credentials(
             c, tmp_path_factory.mktemp("sa"), server=cp.server, ca=cp.certs.ca.cert_path,
-            cluster="cp"))
-        yield c, own
+            cluster="cp")
+        own = kubeapi.connect(own_config)
+        yield c, own, own_config
         own.close()  # type: ignore[no-untyped-call]
         c.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
-def api(apis: tuple[client.ApiClient, client.ApiClient]) -> client.ApiClient:
+def api(apis: tuple[client.ApiClient, client.ApiClient, Path]) -> client.ApiClient:
     return apis[0]
 
 
 @pytest.fixture
-def controller(apis: tuple[client.ApiClient, client.ApiClient]) -> Controller:
+def controller(apis: tuple[client.ApiClient, client.ApiClient, Path]) -> Controller:
     """The controller with the chart's RBAC: a right it lacks fails these tests."""
     return Controller(apis[1], Config(NAMES, NAMESPACE, "img:1"))
 
@@ -169,3 +181,151 @@ def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient,
             "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "t"},
                                                 "allocationMode": "Some"}}})
     assert refused.value.status == 422
+
+
+# --- the running controller ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running(ctl: Controller) -> Iterator[None]:
+    """``ctl.run`` in a thread, once its watches listed and its first pass ran; on leaving,
+    stopped, and it must have returned."""
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: ctl.synced.is_set() or _not_yet("first pass"),
+                 what="the controller's lists and first pass", timeout=WAIT_S, interval=0.1)
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=WAIT_S)
+    assert not thread.is_alive(), "the controller did not return after stop"
+
+
+def _not_yet(state: str) -> bool:
+    raise NotYet(state)
+
+
+def _found(call: Callable[[], Any], what: str) -> Any:
+    """``call()``'s object; NotYet while it is 404."""
+    try:
+        return call()
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+        raise NotYet(f"no {what}") from err
+
+
+def _gone(call: Callable[[], Any], what: str) -> None:
+    try:
+        call()
+    except client.ApiException as err:
+        if err.status == 404:
+            return
+        raise
+    raise NotYet(f"{what} still there")
+
+
+def test_the_running_controller_follows_events_not_its_resync(
+        apis: tuple[client.ApiClient, client.ApiClient, Path]) -> None:
+    api, own, _ = apis
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    apps: Any = client.AppsV1Api(api)
+    ctl = Controller(own, Config(NAMES, NAMESPACE, "img:1", resync_s=RESYNC_S))
+    core.create_namespace({"metadata": {"name": "watch"}})
+    with running(ctl):
+        # Created after the first pass: only the domain's watch event can bring it.
+        cd = custom.create_namespaced_custom_object(NAMES.group, VERSION, "watch", PLURAL, {
+            "apiVersion": NAMES.api_version, "kind": "ComputeDomain",
+            "metadata": {"name": "w"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "w-ch"}}}})
+        uid = cd["metadata"]["uid"]
+
+        def template() -> Any:
+            return _found(lambda: custom.get_namespaced_custom_object(
+                "resource.k8s.io", "v1", "watch", "resourceclaimtemplates", "w-ch"),
+                "channel template")
+
+        def daemonset() -> Any:
+            return _found(lambda: apps.read_namespaced_daemon_set(daemonset_name(uid),
+                                                                  NAMESPACE), "DaemonSet")
+
+        first_template = wait_for(template, what="the channel template", timeout=WAIT_S,
+                                  interval=0.2)
+        assert first_template["metadata"]["labels"][NAMES.label_key] == uid
+        first_ds = wait_for(daemonset, what="the IMEX DaemonSet", timeout=WAIT_S,
+                            interval=0.2)
+
+        # Owned objects deleted by hand come back, each from its own watch.
+        apps.delete_namespaced_daemon_set(daemonset_name(uid), NAMESPACE)
+        wait_for(lambda: daemonset().metadata.uid != first_ds.metadata.uid or _not_yet(
+            "the old DaemonSet"), what="the DaemonSet recreated", timeout=WAIT_S,
+            interval=0.2)
+        custom.delete_namespaced_custom_object("resource.k8s.io", "v1", "watch",
+                                               "resourceclaimtemplates", "w-ch")
+        wait_for(lambda: template()["metadata"]["uid"] != first_template["metadata"]["uid"]
+                 or _not_yet("the old template"), what="the channel template recreated",
+                 timeout=WAIT_S, interval=0.2)
+
+        # A daemon's entry (a status write, as the IMEX daemon makes it): status follows.
+        core.create_namespaced_pod(NAMESPACE, {
+            "metadata": {"name": "imex-watch", "labels": {NAMES.label_key: uid}},
+            "spec": {"nodeName": "n-watch-gone", "serviceAccountName": "fakegpu",
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "c", "image": "img:1"}]}})
+        kube.update_status(api, NAMES, "watch", "w", _ready_entry("n-watch-gone"))
+
+        def ready() -> None:
+            status = (kube.get_domain(api, NAMES, "watch", "w").get("status") or {})
+            if status.get("status") != "Ready":
+                raise NotYet(f"status {status}")
+
+        wait_for(ready, what="the domain Ready", timeout=WAIT_S, interval=0.2)
+
+        # Deletion: finalized from the events (the pod's node does not exist: force-deleted).
+        custom.delete_namespaced_custom_object(NAMES.group, VERSION, "watch", PLURAL, "w")
+        wait_for(lambda: _gone(lambda: kube.get_domain(api, NAMES, "watch", "w"), "domain"),
+                 what="the domain finalized", timeout=WAIT_S, interval=0.2)
+        assert not apps.list_namespaced_daemon_set(
+            NAMESPACE, label_selector=f"{NAMES.label_key}={uid}").items
+        assert not custom.list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceclaimtemplates",
+            label_selector=f"{NAMES.label_key}={uid}")["items"]
+        assert not core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"{NAMES.label_key}={uid}").items
+
+
+def test_the_controller_process_stops_cleanly_on_sigterm(
+        apis: tuple[client.ApiClient, client.ApiClient, Path], tmp_path: Path) -> None:
+    api, _, kubeconfig = apis
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    core.create_namespace({"metadata": {"name": "sig"}})
+    log = tmp_path / "controller.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fakegpu", "computedomain", "controller",
+             "--domain", NAMES.domain, "--namespace", NAMESPACE, "--daemon-image", "img:1",
+             "--kubeconfig", str(kubeconfig), "--resync", str(RESYNC_S)],
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        custom.create_namespaced_custom_object(NAMES.group, VERSION, "sig", PLURAL, {
+            "apiVersion": NAMES.api_version, "kind": "ComputeDomain",
+            "metadata": {"name": "s"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "s-ch"}}}})
+        wait_for(lambda: _found(lambda: custom.get_namespaced_custom_object(
+            "resource.k8s.io", "v1", "sig", "resourceclaimtemplates", "s-ch"), "template"),
+            what="the process's channel template", timeout=WAIT_S, interval=0.2)
+        # Running (it made the template), watches open: SIGTERM ends it with status 0.
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "controller stopped" in text, text
+    assert "Traceback" not in text, text
+    assert not [line for line in text.splitlines() if "WARNING" in line], text
