@@ -50,6 +50,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded")]
 RATE = float(os.environ.get("FAKEGPU_UPGRADE_LOAD_RATE") or 1.0)
 WARMUP_PODS = 1  # per node: the load runs before the upgrade begins
 SETTLE_S = 420.0  # for the queue of pods a slow host leaves when the load stops
+# How long the kubelet keeps a driver's ResourceSlices once no instance of it is registered
+# (defaultWipingDelay, pkg/kubelet/cm/dra/manager.go, 1.33 and later).
+KUBELET_WIPING_DELAY_S = 30.0
+# Slack for where "serving" is seen late: a terminating plugin pod may still read Ready for
+# a few seconds after its sockets closed (kind, under load). A plugin that removes its own
+# slices on the way out drops them at a gap of about nothing, far below the delay.
+SAMPLE_SLACK_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +136,31 @@ def assert_slices_never_shrank(samples: Sequence[Sample], baseline: dict[str, in
              for node, want in baseline.items() if s.devices.get(node, 0) < want]
     assert not drops, ("a node's ResourceSlices lost devices (time s, node, seen, published "
                        f"before): {drops[:6]}")
+
+
+def assert_slices_outlived_the_gaps(samples: Sequence[Sample], baseline: dict[str, int]
+                                    ) -> dict[str, float]:
+    """A node without a serving plugin keeps its slices for the kubelet's wiping delay: a
+    drop is allowed only once the node has had no serving plugin for that long (then the
+    kubelet wipes them, as it must; the new instance publishes again). Returns the longest
+    gap seen per node, in seconds."""
+    assert samples, "no sample of the ResourceSlices was taken"
+    early, gaps = [], {node: 0.0 for node in baseline}
+    last_serving: dict[str, float | None] = {node: None for node in baseline}
+    for s in samples:
+        for node, want in baseline.items():
+            if s.serving.get(node, 0) > 0:
+                last_serving[node] = s.t
+                continue
+            since = last_serving[node]
+            gap = s.t - (since if since is not None else samples[0].t)
+            gaps[node] = max(gaps[node], gap)
+            if s.devices.get(node, 0) < want and gap < KUBELET_WIPING_DELAY_S - SAMPLE_SLACK_S:
+                early.append((round(s.t, 1), node, s.devices.get(node, 0), want, round(gap, 1)))
+    assert not early, ("a node's ResourceSlices lost devices before the kubelet's wiping delay "
+                       "(time s, node, seen, published before, s without a serving plugin): "
+                       f"{early[:6]}")
+    return gaps
 
 
 def long_running_pods(core: kclient.CoreV1Api, namespace: str, cluster: ClusterInfo,
@@ -294,9 +326,11 @@ def test_sequential_upgrade_pods_wait_for_the_new_plugin(
     # Each node was without a serving plugin for a moment (what makes it sequential) ...
     low = {n: min(s.serving.get(n, 0) for s in samples) for n in gpu_nodes}
     assert all(v == 0 for v in low.values()), f"serving plugins at least, per node: {low}"
-    # ... its slices outlived the gap (the kubelet's grace period), and the pods created
-    # meanwhile started once the new plugin was up.
-    assert_slices_never_shrank(samples, baseline)
+    # ... its slices outlived the gap or, where the gap was longer than the kubelet's wiping
+    # delay (a slow host), at least that delay; the pods created meanwhile started once the
+    # new plugin was up.
+    gaps = assert_slices_outlived_the_gaps(samples, baseline)
+    print(f"longest time without a serving plugin per node (s): {gaps}")
     assert_no_pod_failed(report)
     after = versions_by_node(report, ended)
     assert after and all(v == {"2.1.0"} for v in after.values()), after

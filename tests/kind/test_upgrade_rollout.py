@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fakegpu.cluster.kind.upgrade import rollout_state, stamp
+from fakegpu.cluster.kind.upgrade import not_ready, rollout_state, selector, stamp
 from fakegpu.cluster.pluginupgrade import check_target
 from fakegpu.errors import InvalidInput
 
@@ -47,3 +47,17 @@ def test_a_broken_target_is_stamped_broken_once() -> None:
 def test_bad_targets_are_bad_input(args: tuple[str], kwargs: dict[str, Any], what: str) -> None:
     with pytest.raises(InvalidInput, match=what):
         check_target(*args, **kwargs)
+
+
+def test_a_stall_names_the_pods_that_are_not_ready() -> None:
+    def pod(name: str, node: str | None, ready: str, reason: str | None = None) -> dict[str, Any]:
+        cond = {"type": "Ready", "status": ready, **({"reason": reason} if reason else {})}
+        return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {},
+                "status": {"phase": "Running", "conditions": [cond]}}
+
+    pods = [pod("fakegpu-a", "n0", "True"), pod("fakegpu-b", "n1", "False", "ContainersNotReady"),
+            pod("fakegpu-c", None, "False")]
+    assert not_ready(pods) == ["pod fakegpu-b on node n1: not Ready (ContainersNotReady)",
+                               "pod fakegpu-c on node (unscheduled): not Ready (Running)"]
+    daemonset = {"spec": {"selector": {"matchLabels": {"b": "2", "app.kubernetes.io/name": "x"}}}}
+    assert selector(daemonset) == "app.kubernetes.io/name=x,b=2"

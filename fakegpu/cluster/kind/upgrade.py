@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from fakegpu.cluster.kind import dockerhost, image, tools
 from fakegpu.cluster.pluginupgrade import Target, UpgradeStalled
@@ -101,9 +102,37 @@ def wait_rollout(st: KindState, namespace: str, target: Target, stall_s: float,
             say(f"rollout of {target.version}: {progress} updated+available")
         elif time.monotonic() - since > stall_s:
             status = ds.get("status") or {}
+            with kubeapi.session(st.kubeconfig) as api:
+                pods = kubeapi.get_json(api, f"/api/v1/namespaces/{namespace}/pods?"
+                                             f"labelSelector={quote(selector(ds))}")
+            waiting = not_ready(pods.get("items") or [])
             raise UpgradeStalled(
-                f"plugin version {target.version}: the DaemonSet rollout made no progress for "
-                f"{stall_s:.0f}s (updated {status.get('updatedNumberScheduled', 0)}, available "
+                f"plugin version {target.version} did not become ready"
+                + (f" ({'; '.join(waiting)})" if waiting else "")
+                + f": the DaemonSet rollout made no progress for {stall_s:.0f}s (updated "
+                f"{status.get('updatedNumberScheduled', 0)}, available "
                 f"{status.get('numberAvailable', 0)} of {status.get('desiredNumberScheduled')});"
-                " the old pods keep serving the nodes not yet updated")
+                " the rollout stops here and the old pods keep serving the nodes not yet "
+                "updated")
         time.sleep(1.0)
+
+
+def selector(ds: Mapping[str, Any]) -> str:
+    """The DaemonSet's matchLabels as a label selector query value. Pure."""
+    labels = ((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def not_ready(pods: list[Mapping[str, Any]]) -> list[str]:
+    """'pod P on node N: not Ready (reason)' for each pod of the list not Ready. Pure."""
+    out = []
+    for pod in pods:
+        conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+        ready = conds.get("Ready") or {}
+        if ready.get("status") == "True":
+            continue
+        why = ready.get("reason") or (pod.get("status") or {}).get("phase") or "unknown"
+        out.append(f"pod {pod['metadata']['name']} on node "
+                   f"{(pod.get('spec') or {}).get('nodeName') or '(unscheduled)'}: not Ready "
+                   f"({why})")
+    return out
