@@ -71,10 +71,15 @@ def plugin_instances(cluster: ClusterInfo) -> dict[str, list[dict[str, str]]]:
             if running and pod.spec.node_name in out:
                 ready = any(c.type == "Ready" and c.status == "True"
                             for c in pod.status.conditions or ())
+                # A pod being deleted is told to stop as soon as its kubelet gets to it; the
+                # kubelet reports the container gone later, late by tens of seconds on a
+                # loaded host, so from the API its serving ends when its deletion begins.
+                role = ("stopping" if pod.metadata.deletion_timestamp is not None
+                        else "ready" if ready else "starting")
                 image = pod.spec.containers[0].image or ""
                 out[pod.spec.node_name].append({"version": image.rsplit(":", 1)[-1],
                                                 "instance": str(pod.metadata.uid),
-                                                "role": "ready" if ready else "starting"})
+                                                "role": role})
         return out
     info = get_provider(cluster.provider).status(cluster.name)
     plugins: dict[str, list[dict[str, str]]] = (info.extra.get("plugins") or {}) if info else {}
