@@ -362,10 +362,29 @@ def test_kill_9_of_the_old_instance_mid_prepare_the_new_one_prepares(
             raise NotYet("claim not reserved yet")
 
     wait_for(reserved, what="the pod's claim allocated and reserved", timeout=120)
+
+    def taken_up() -> None:
+        # The kubelet writes ContainerCreating when its pod sync begins and asks the plugin
+        # to prepare right after (before the sandbox): from here the old instance holds the
+        # call for 30 s, longer than the new one needs to register.
+        statuses = k8s.read_pod(core_v1, namespace, "inflight").status.container_statuses
+        waiting = [cs.state.waiting.reason for cs in statuses or ()
+                   if cs.state and cs.state.waiting]
+        if "ContainerCreating" not in waiting:
+            raise NotYet(f"container states: {waiting or 'none yet'}")
+
+    wait_for(taken_up, what="the kubelet to take up pod inflight", timeout=120, interval=0.2)
     upgrade_plugin(fakegpu_cluster, version="2.3.0", kill_old=True, nodes=(node,))
     k8s.wait_pod_running(core_v1, namespace, "inflight", timeout=180)
     assert claim_version(resource_api, core_v1, namespace, "inflight",
                          fakegpu_cluster.driver_name) == "2.3.0"
+    # Proof that the kill cut a prepare in flight: the kubelet's call broke off with the
+    # connection (gRPC Unavailable; its own deadline is 45 s, DeadlineExceeded would be a
+    # timeout) and it retried against the new instance.
+    failed = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
+                            involved="inflight", timeout=10)
+    print(f"the kubelet saw: {failed.message}")
+    assert "code = Unavailable" in (failed.message or ""), failed.message
 
 
 def test_downgrade_keeps_claims_the_newer_version_prepared(
