@@ -49,13 +49,14 @@ import grpc
 from benchlib import load_average, machine
 from peers import EXAMPLE_DRIVER_GIT, example_driver
 
+from fakegpu import drivers
 from fakegpu.plugin.discovery import Device, Inventory
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
 from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from fakegpu.plugin.server import PluginServers
 from fakegpu.plugin.sockets import socket_alive, socket_paths
 
-DRIVER, GPUS, CLAIMS, NAMESPACE = "gpu.fakegpu.dev", 8, 100, "bench"
+DRIVER, GPUS, CLAIMS, NAMESPACE = drivers.FAKEGPU, 8, 100, "bench"
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = (1, 10, 100)
 MIN_SAMPLES = 200  # per concurrency: --rounds per worker, or more when that gives fewer

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu import drivers
 from fakegpu.cluster import external, get_provider, nodenvml
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
@@ -32,7 +33,7 @@ from fakegpu.testkit.dra import ResourceApi, attribute_value
 # reason, without a binary) and out of `-m e2e` runs on kind, where no host binary can run.
 pytestmark = pytest.mark.integration
 
-DRIVER = "gpu.nvidia.com"
+DRIVER = drivers.NVIDIA
 NODE = "nv-0"
 TOPOLOGY = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-driver.yaml"
 NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--nvidia-plugin-bin PATH): its source "
@@ -121,7 +122,7 @@ def _pod(name: str, template: str, image: str, script: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("device_class", "listing"), [
-    ("gpu.nvidia.com", "ls /dev | grep -E '^nvidia[0-9]+$'"),
+    (drivers.NVIDIA, "ls /dev | grep -E '^nvidia[0-9]+$'"),
     ("mig.nvidia.com", "ls /dev/nvidia-caps"),
 ])
 def test_a_claim_is_prepared_and_its_pod_runs(nvidia_cluster: ClusterInfo, api: Any, ns: str,
@@ -134,7 +135,7 @@ def test_a_claim_is_prepared_and_its_pod_runs(nvidia_cluster: ClusterInfo, api: 
                                   f"echo BEGIN; {listing}; echo END"))
     k8s.wait_pod_running(core, ns, "p", timeout=180)
     lines = k8s.pod_log(core, ns, "p").split("BEGIN", 1)[1].split("END", 1)[0].split()
-    if device_class == "gpu.nvidia.com":
+    if device_class == drivers.NVIDIA:
         # Exactly the one GPU of the claim is in the container, as the real driver does it.
         assert len(lines) == 1 and re.fullmatch(r"nvidia\d+", lines[0]), lines
     else:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -384,8 +385,7 @@ A100 = "NVIDIA A100-SXM4-40GB"
 
 def config_group(driver: str) -> str:
     """The sharing configs' apiVersion: NVIDIA's with NVIDIA's driver name, else fakegpu's."""
-    return "resource.nvidia.com/v1beta1" if driver == "gpu.nvidia.com" \
-        else "resource.fakegpu.dev/v1beta1"
+    return drivers.config_api_version(driver)
 
 
 def opaque_config(driver: str, kind: str, sharing: dict[str, Any],

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -42,8 +43,7 @@ def whole_gpus(topology: Topology, architecture: str) -> dict[str, int]:
 
 def config_group(driver: str) -> str:
     """The opaque config's apiVersion the plugin reads (NVIDIA's with NVIDIA's driver name)."""
-    return "resource.nvidia.com/v1beta1" if driver == "gpu.nvidia.com" \
-        else "resource.fakegpu.dev/v1beta1"
+    return drivers.config_api_version(driver)
 
 
 def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(

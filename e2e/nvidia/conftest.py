@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes import client as kclient
 
+from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -33,7 +34,7 @@ from fakegpu.testkit.wait import NotYet, wait_for
 
 HERE = Path(__file__).resolve().parent
 MANIFESTS = HERE / "manifests"
-DRIVER = "gpu.nvidia.com"
+DRIVER = drivers.NVIDIA
 _GPU_LINE = re.compile(r"^GPU (\d+): (.+) \(UUID: (GPU-[^)]+)\)$")
 _MIG_LINE = re.compile(r"^  MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)$")
 
@@ -63,7 +64,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from fakegpu.cluster.imagealiases import normalize_all
 
     missing = []
-    if config.getoption("fakegpu_driver") != "nvidia":
+    if not drivers.is_nvidia_key(config.getoption("fakegpu_driver")):
         missing.append("an NVIDIA-compatible cluster (--fakegpu-driver nvidia)")
     given = set(normalize_all(config.getoption("fakegpu_image_alias") or ()))
     absent = [n for n in manifest_images() if normalize_all([n])[0] not in given]

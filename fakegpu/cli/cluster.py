@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from fakegpu import drivers
 from fakegpu.cluster.names import validate_name
 from fakegpu.errors import EXIT_FAILED, FakegpuError
 from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
@@ -53,10 +54,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="on failure keep everything for debugging (remove it with down)")
     up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="limit for each readiness wait (default: %(default)s)")
-    up.add_argument("--driver", choices=("fakegpu", "nvidia"), default="fakegpu",
-                    help="fakegpu: driver gpu.fakegpu.dev; nvidia: NVIDIA-compatible, driver "
-                         "gpu.nvidia.com with NVIDIA's DeviceClasses (gpu.nvidia.com, "
-                         "mig.nvidia.com) and nvidia.com/gpu (default: %(default)s)")
+    up.add_argument("--driver", choices=tuple(drivers.CHOICES), default=drivers.DEFAULT_KEY,
+                    help=f"fakegpu: driver {drivers.FAKEGPU}; nvidia: NVIDIA-compatible, driver "
+                         f"{drivers.NVIDIA} with NVIDIA's DeviceClasses ({drivers.NVIDIA}, "
+                         f"{drivers.mig_class(drivers.NVIDIA)}) and nvidia.com/gpu "
+                         "(default: %(default)s)")
     up.add_argument("--image-alias", action="append", default=[], metavar="NAME:TAG",
                     help="also name the workload image NAME:TAG on every node (repeatable), "
                          "so manifests naming e.g. ubuntu:22.04 run on nodes that cannot "
@@ -181,7 +183,7 @@ def _provider(args: argparse.Namespace, console: Console, *, retain: bool = Fals
 
     return get_provider(getattr(args, "provider", "embedded"), console=console,
                         timeout=float(getattr(args, "timeout", 180.0)), retain=retain,
-                        driver=getattr(args, "driver", "fakegpu"), plugin=_external(args))
+                        driver=getattr(args, "driver", drivers.DEFAULT_KEY), plugin=_external(args))
 
 
 def _external(args: argparse.Namespace) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fakegpu import drivers
 from fakegpu.errors import EXIT_OK, InvalidInput
 
 
@@ -38,8 +39,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = cmds.add_parser("run", help="create the simulated Nodes; run KWOK and the slice "
                                       "publisher until interrupted")
     common(run)
-    run.add_argument("--driver", choices=("fakegpu", "nvidia"), default="fakegpu",
-                     help="publish as gpu.fakegpu.dev or, NVIDIA-compatible, gpu.nvidia.com")
+    run.add_argument("--driver", choices=tuple(drivers.CHOICES), default=drivers.DEFAULT_KEY,
+                     help=f"publish as {drivers.FAKEGPU} or, NVIDIA-compatible, {drivers.NVIDIA}")
     run.add_argument("--state-dir", type=Path, default=None,
                      help="where the simulated nodes' NVML state files live (default: a new "
                           "temporary directory); `fakegpu fault inject --state` edits them")
@@ -70,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
 
     topology = load_topology(args.topology)
     _simulated(args.topology)
-    driver = "gpu.nvidia.com" if args.driver == "nvidia" else "gpu.fakegpu.dev"
+    driver = drivers.by_key(args.driver)
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="fakegpu-fleet-"))
     work = state_dir / "fleet"
     work.mkdir(parents=True, exist_ok=True)

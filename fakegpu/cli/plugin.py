@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 
 from . import add_verbose, show_help
@@ -27,10 +28,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
                      help="this node's name, also the pool name (default: $NODE_NAME)")
     run.add_argument("--driver-name", default=None,
-                     help="DRA driver name (default: gpu.fakegpu.dev, or gpu.nvidia.com "
+                     help=f"DRA driver name (default: {drivers.DEFAULT}, or {drivers.NVIDIA} "
                           "with --nvidia-compatible)")
     run.add_argument("--nvidia-compatible", action="store_true",
-                     help="act as NVIDIA's driver: name gpu.nvidia.com, so its DeviceClass "
+                     help=f"act as NVIDIA's driver: name {drivers.NVIDIA}, so its DeviceClass "
                           "and CEL selectors work unchanged")
     run.add_argument("--dynamic-mig", action="store_true",
                      help="NVIDIA's DynamicMIG: publish every MIG-capable GPU whole and as every "
@@ -78,8 +79,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                           "the ones the Helm chart and the embedded cluster "
                                           "install.")
     classes.add_argument("--nvidia-compatible", action="store_true",
-                         help="gpu.nvidia.com / mig.nvidia.com instead of gpu.fakegpu.dev / "
-                              "mig.fakegpu.dev")
+                         help=f"{drivers.NVIDIA} / {drivers.mig_class(drivers.NVIDIA)} instead "
+                              f"of {drivers.FAKEGPU} / {drivers.mig_class(drivers.FAKEGPU)}")
     add_verbose(classes)
     classes.set_defaults(func=_deviceclass)
 
@@ -87,7 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fakegpu.plugin.run import DEFAULT_DRIVER, NVIDIA_DRIVER, Options, run
+    from fakegpu.plugin.run import Options, run
 
     if args.print_version:
         from fakegpu.plugin import version
@@ -95,9 +96,9 @@ def _run(args: argparse.Namespace) -> int:
         stamp = version.current()
         print(stamp.version + (" (broken: never becomes ready)" if stamp.broken else ""))
         return 0
-    driver = args.driver_name or (NVIDIA_DRIVER if args.nvidia_compatible else DEFAULT_DRIVER)
-    if args.nvidia_compatible and driver != NVIDIA_DRIVER:
-        raise InvalidInput(f"--nvidia-compatible means driver {NVIDIA_DRIVER}, not {driver}")
+    driver = args.driver_name or (drivers.NVIDIA if args.nvidia_compatible else drivers.DEFAULT)
+    if args.nvidia_compatible and not drivers.is_nvidia(driver):
+        raise InvalidInput(f"--nvidia-compatible means driver {drivers.NVIDIA}, not {driver}")
     return run(Options(
         node_name=args.node_name, driver_name=driver, kubeconfig=args.kubeconfig,
         kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
@@ -124,8 +125,7 @@ def _deviceclass(args: argparse.Namespace) -> int:
     import yaml
 
     from fakegpu.deploy.manifests import Install, device_classes
-    from fakegpu.plugin.run import DEFAULT_DRIVER, NVIDIA_DRIVER
 
-    driver = NVIDIA_DRIVER if args.nvidia_compatible else DEFAULT_DRIVER
+    driver = drivers.NVIDIA if args.nvidia_compatible else drivers.DEFAULT
     sys.stdout.write(yaml.safe_dump_all(device_classes(Install(driver=driver)), sort_keys=False))
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fakegpu import drivers
+
 VERSION = "v1beta1"
 KIND = "ComputeDomain"
 PLURAL = "computedomains"
@@ -42,7 +44,7 @@ class Names:
 
     @property
     def driver(self) -> str:
-        return f"compute-domain.{self.domain}"
+        return f"{drivers.COMPUTE_DOMAIN_PREFIX}{self.domain}"
 
     @property
     def label_key(self) -> str:
@@ -64,14 +66,15 @@ class Names:
 
 def for_gpu_driver(gpu_driver: str) -> Names:
     """gpu.nvidia.com -> nvidia.com names; gpu.fakegpu.dev (or any gpu.X) -> X."""
-    return Names(gpu_driver.removeprefix("gpu."))
+    return Names(drivers.domain(gpu_driver))
 
 
 def for_cd_driver(cd_driver: str) -> Names | None:
     """The names of a compute-domain driver name, or None when it is not one."""
-    if not cd_driver.startswith("compute-domain.") or cd_driver == "compute-domain.":
+    prefix = drivers.COMPUTE_DOMAIN_PREFIX
+    if not cd_driver.startswith(prefix) or cd_driver == prefix:
         return None
-    return Names(cd_driver.removeprefix("compute-domain."))
+    return Names(cd_driver.removeprefix(prefix))
 
 
 def daemon_endpoint(ip: str, port: int = DAEMON_PORT) -> str:

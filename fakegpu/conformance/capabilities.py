@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 
 from .checks import CAPABILITIES
@@ -142,7 +143,7 @@ def packaged(driver: str) -> Capabilities:
     """What fakegpu's own plugin declares when it runs as ``driver``."""
     from importlib import resources
 
-    name = "nvidia.yaml" if driver == "gpu.nvidia.com" else "fakegpu.yaml"
+    name = f"{drivers.key_of(driver)}.yaml"
     ref = resources.files("fakegpu.conformance").joinpath("capabilities", name)
     doc = yaml.safe_load(ref.read_text())
     doc["driver"] = driver

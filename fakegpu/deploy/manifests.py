@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from fakegpu import drivers
 from fakegpu.errors import FakegpuError
 
 # What the kind provider installs the chart as, and so what the embedded provider uses too.
@@ -39,7 +40,7 @@ class Install:
     @property
     def mig_class(self) -> str:
         """mig.<driver domain>: mig.fakegpu.dev, mig.nvidia.com (the chart's migClassName)."""
-        return "mig." + self.driver.removeprefix("gpu.")
+        return drivers.mig_class(self.driver)
 
     @property
     def extended_resource(self) -> str:

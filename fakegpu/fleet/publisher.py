@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pynvml
 
+from fakegpu import drivers
 from fakegpu.errors import FakegpuError
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
@@ -40,7 +41,6 @@ from fakegpu.topology.model import Node
 log = logging.getLogger(__name__)
 # One state file at a time: the environment variable is process-wide.
 _nvml_turn = threading.Lock()
-NVIDIA_DRIVER = "gpu.nvidia.com"
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class NodePublisher:
 
     def __init__(self, sim: SimNode, kube: SliceApi, driver: str) -> None:
         self.sim = sim
-        self.nvidia = driver == NVIDIA_DRIVER
+        self.nvidia = drivers.is_nvidia(driver)
         self.health = Health(driver, self.nvidia)
         self.devices = Devices(self._discover)
         self.publisher = SlicePublisher(kube, self.devices, driver, sim.node.name,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from fakegpu import drivers
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--topology", type=Path, required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
-    parser.add_argument("--driver", default="gpu.fakegpu.dev")
+    parser.add_argument("--driver", default=drivers.DEFAULT)
     parser.add_argument("--once", action="store_true", help="one full pass, then exit")
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args(argv)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 
 from . import discovery, healthsvc, names, version
@@ -29,8 +30,6 @@ from .server import PluginServers
 from .sockets import SocketPaths, socket_alive, socket_paths
 
 log = logging.getLogger(__name__)
-DEFAULT_DRIVER = "gpu.fakegpu.dev"
-NVIDIA_DRIVER = "gpu.nvidia.com"
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, on_signal)
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
-    nvidia = opts.driver_name == NVIDIA_DRIVER
+    nvidia = drivers.is_nvidia(opts.driver_name)
     devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,

@@ -28,8 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-NVIDIA_GROUP_VERSION = "resource.nvidia.com/v1beta1"
-OWN_GROUP_VERSION = "resource.fakegpu.dev/v1beta1"
+from fakegpu import drivers
+
+NVIDIA_GROUP_VERSION = drivers.config_api_version(drivers.NVIDIA)
+OWN_GROUP_VERSION = drivers.config_api_version(drivers.FAKEGPU)
 GPU_CONFIG = "GpuConfig"
 MIG_CONFIG = "MigDeviceConfig"
 TIME_SLICING = "TimeSlicing"
@@ -42,7 +44,7 @@ MPS_LOG = "control.log"
 
 def group_version(driver: str) -> str:
     """The configs' apiVersion: NVIDIA's with NVIDIA's driver name, else fakegpu's own."""
-    return NVIDIA_GROUP_VERSION if driver == "gpu.nvidia.com" else OWN_GROUP_VERSION
+    return drivers.config_api_version(driver)
 
 
 class ConfigError(ValueError):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fakegpu import drivers
 from fakegpu.cluster import get_provider
 from fakegpu.cluster.pluginupgrade import UpgradeStalled, check_target
 from fakegpu.cluster.provider import ClusterInfo
@@ -42,7 +43,7 @@ def upgrade_plugin(cluster: ClusterInfo, *, version: str, broken: bool = False,
 
 
 def _driver_key(cluster: ClusterInfo) -> str:
-    return "nvidia" if cluster.driver_name == "gpu.nvidia.com" else "fakegpu"
+    return drivers.key_of(cluster.driver_name)
 
 
 # Roles of an instance that serves: registered by the kubelet (embedded), Ready (kind).

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fakegpu import drivers
 from fakegpu.fleet.publisher import FleetPublisher, SimNode
 from fakegpu.nvml import faults
 from fakegpu.plugin import discovery, slices
@@ -62,7 +63,7 @@ class Store:
 def plugin_devices(state: Path, driver: str) -> list[dict[str, Any]]:
     """What the plugin's own code publishes for a node whose NVML is ``state``."""
     os.environ["FAKEGPU_NVML_STATE"] = str(state)
-    inventory = discovery.discover(driver == "gpu.nvidia.com")
+    inventory = discovery.discover(drivers.is_nvidia(driver))
     built = slices.build_slices(driver, "n", inventory, "v1", 1)
     return [d for s in built for d in s["spec"].get("devices") or []]
 
@@ -70,7 +71,7 @@ def plugin_devices(state: Path, driver: str) -> list[dict[str, Any]]:
 def main() -> None:
     req = json.load(sys.stdin)
     topo = load_topology(req["topology"])
-    driver = req.get("driver", "gpu.fakegpu.dev")
+    driver = req.get("driver", drivers.FAKEGPU)
     sims = [SimNode(topo.node(n), Path(p)) for n, p in req["states"].items()]
     store = Store()
     stopped: set[str] = set()

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+from fakegpu import drivers
 from fakegpu.plugin.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
@@ -29,7 +30,7 @@ from fakegpu.topology.load import load_topology
 from .conftest import REPO
 
 pytestmark = pytest.mark.integration
-DRIVER = "gpu.fakegpu.dev"
+DRIVER = drivers.FAKEGPU
 TOPOLOGY = REPO / "fixtures" / "gb200-mini.yaml"
 INSTANCE = "0b1d2c3e-test"
 

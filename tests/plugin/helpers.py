@@ -6,9 +6,10 @@ import copy
 import threading
 from typing import Any
 
+from fakegpu import drivers
 from fakegpu.plugin.discovery import Device, Inventory
 
-DRIVER = "gpu.fakegpu.dev"
+DRIVER = drivers.FAKEGPU
 NODE = "node-a"
 
 

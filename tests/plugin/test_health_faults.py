@@ -27,6 +27,7 @@ _SCRIPT = """
 import json, sys
 from fakegpu.nvml import faults
 from fakegpu.plugin import discovery, health
+from fakegpu import drivers
 from fakegpu.wait import NotYet, WaitTimeout, wait_for
 
 path, mode, steps = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -37,7 +38,7 @@ if mode == "noevents":  # a library without event sets (NVML answers NOT_SUPPORT
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
     pynvml.nvmlEventSetCreate = unsupported
 inventory = discovery.discover(nvidia)
-h = health.Health("gpu.fakegpu.dev", nvidia)
+h = health.Health(drivers.FAKEGPU, nvidia)
 w = health.EventWatcher(h, lambda: inventory, lambda: None)
 w.start()
 assert w.ready.wait(30)

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+from fakegpu import drivers
 from fakegpu import wait as waiting
 from fakegpu.plugin.proto import (
     dra_v1_pb2,
@@ -30,7 +31,7 @@ from fakegpu.plugin.proto import (
 )
 
 pytestmark = pytest.mark.integration
-DRIVER = "gpu.fakegpu.dev"
+DRIVER = drivers.FAKEGPU
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -505,7 +506,7 @@ n.nvmlShutdown()
 """
 
 
-NVIDIA = "gpu.nvidia.com"
+NVIDIA = drivers.NVIDIA
 
 
 def test_nvidia_compatible_health_names_and_node_owner(short_tmp: Path, apiserver: Path) -> None:
