@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP
 
 from . import kube, objects
 from .names import PLURAL, VERSION, Names, daemonset_name
@@ -56,6 +57,7 @@ class Controller:
         self._core: Any = kube.core(api)
         self._apps: Any = kube.apps(api)
         self._objects: Any = kube.custom(api)
+        self.resource_version = kube.resource_version(api)  # the one rule, asked once
         self._reported: dict[str, str] = {}  # uid -> last spec error reported
         self.queue = WorkQueue()
         self.synced = threading.Event()  # every reflector listed and the first pass done
@@ -66,7 +68,8 @@ class Controller:
             (self.names.group, VERSION, PLURAL)), self._on_domain)
         self._reflectors = [self._domains, *(Reflector(source, self._on_owned) for source in (
             Source("resourceclaimtemplates", self._objects.list_cluster_custom_object,
-                   ("resource.k8s.io", "v1", "resourceclaimtemplates"), {"label_selector": key}),
+                   (GROUP, self.resource_version, "resourceclaimtemplates"),
+                   {"label_selector": key}),
             Source(f"daemonsets {ns}", self._apps.list_namespaced_daemon_set, (ns,),
                    {"label_selector": key}),
             Source(f"pods {ns}", self._core.list_namespaced_pod, (ns,),
@@ -200,8 +203,10 @@ class Controller:
             meta["finalizers"] = [*(meta.get("finalizers") or []), self.names.finalizer]
             cd = kube.replace(self.api, self.names, cd)
         domain = objects.parse(cd)
-        self._ensure_template(objects.channel_template(self.names, domain))
-        self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace))
+        self._ensure_template(objects.channel_template(self.names, domain,
+                                                       version=self.resource_version))
+        self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace,
+                                                      version=self.resource_version))
         self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
                                                  self.cfg.image))
         with_daemon = {p.spec.node_name for p in self._daemon_pods(domain.uid)
@@ -229,7 +234,7 @@ class Controller:
         meta = body["metadata"]
         try:
             found = self._objects.get_namespaced_custom_object(
-                "resource.k8s.io", "v1", meta["namespace"], "resourceclaimtemplates",
+                GROUP, self.resource_version, meta["namespace"], "resourceclaimtemplates",
                 meta["name"], _request_timeout=TIMEOUT_S)
         except ApiException as err:
             if err.status != 404:
@@ -292,7 +297,8 @@ class Controller:
                                         else namespaces):
             tm = template["metadata"]
             _ignore_404(lambda tm=tm: self._objects.delete_namespaced_custom_object(
-                "resource.k8s.io", "v1", tm["namespace"], "resourceclaimtemplates", tm["name"],
+                GROUP, self.resource_version, tm["namespace"], "resourceclaimtemplates",
+                tm["name"],
                 _request_timeout=TIMEOUT_S))
         nodes = {n.metadata.name for n in self._core.list_node(_request_timeout=TIMEOUT_S).items}
         left = []
@@ -308,13 +314,14 @@ class Controller:
     def _templates(self, selector: str, namespaces: list[str] | None) -> list[dict[str, Any]]:
         if namespaces is None:
             out = self._objects.list_cluster_custom_object(
-                "resource.k8s.io", "v1", "resourceclaimtemplates", label_selector=selector,
+                GROUP, self.resource_version, "resourceclaimtemplates", label_selector=selector,
                 _request_timeout=TIMEOUT_S)
             return list(out.get("items") or [])
         found: list[dict[str, Any]] = []
         for ns in dict.fromkeys(namespaces):
             out = self._objects.list_namespaced_custom_object(
-                "resource.k8s.io", "v1", ns, "resourceclaimtemplates", label_selector=selector,
+                GROUP, self.resource_version, ns, "resourceclaimtemplates",
+                label_selector=selector,
                 _request_timeout=TIMEOUT_S)
             found.extend(out.get("items") or [])
         return found

@@ -1,21 +1,30 @@
 """ComputeDomain reads and writes through the official client (CustomObjectsApi), shared by
-the controller, the plugin and the daemon."""
+the controller, the plugin and the daemon; the resource.k8s.io version they speak; events on
+a domain (``fakegpu.kube.events``)."""
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from .names import PLURAL, VERSION, Names
+from fakegpu.errors import FakegpuError
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
+from fakegpu.kube import events as kevents
+from fakegpu.kube.resource import GROUP
+
+from .names import KIND, PLURAL, VERSION, Names
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
 CONFLICT_RETRIES = 8
+# The shape the ComputeDomain objects are written in (requests' ``exactly``, flat devices) is
+# v1's and v1beta2's; v1beta1 nests both otherwise, and a domain's devices need
+# allowMultipleAllocations (1.34+) anyway.
+RESOURCE_VERSIONS = ("v1", "v1beta2")
 
 
 def core(api: client.ApiClient) -> Any:
@@ -31,8 +40,15 @@ def custom(api: client.ApiClient) -> Any:
     return client.CustomObjectsApi(api)
 
 
-def not_found(err: BaseException) -> bool:
-    return isinstance(err, ApiException) and err.status == 404
+def resource_version(api: client.ApiClient) -> str:
+    """The resource.k8s.io version to speak: the one rule's (``kube.resource.newest_served``),
+    refused in one line when it is one the ComputeDomain objects' shape is not (v1beta1)."""
+    version = errors.call(f"cannot list the {GROUP} versions served",
+                          lambda: kubeapi.resource_version(api))
+    if version not in RESOURCE_VERSIONS:
+        raise FakegpuError(f"ComputeDomains need {GROUP} {' or '.join(RESOURCE_VERSIONS)}; "
+                           f"the apiserver's newest is {version}")
+    return version
 
 
 def list_domains(api: client.ApiClient, names: Names) -> list[dict[str, Any]]:
@@ -68,7 +84,7 @@ def update_status(api: client.ApiClient, names: Names, namespace: str, name: str
     for _ in range(CONFLICT_RETRIES):
         try:
             cd = get_domain(api, names, namespace, name)
-        except ApiException as err:
+        except client.ApiException as err:
             if err.status == 404:
                 return None
             raise
@@ -79,7 +95,7 @@ def update_status(api: client.ApiClient, names: Names, namespace: str, name: str
         try:
             return dict(api_.replace_namespaced_custom_object_status(
                 names.group, VERSION, namespace, PLURAL, name, cd, _request_timeout=TIMEOUT_S))
-        except ApiException as err:
+        except client.ApiException as err:
             if err.status == 404:
                 return None
             if err.status != 409:
@@ -92,23 +108,9 @@ def event(api: client.ApiClient, names: Names, cd: dict[str, Any], reason: str,
           message: str, warning: bool = False, component: str = "fakegpu") -> None:
     """An Event on the ComputeDomain (what `kubectl describe computedomain` shows). Best
     effort: a lost event never stops the caller."""
-    meta = cd["metadata"]
-    now = datetime.datetime.now(datetime.UTC)
-    body = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.",
-                                     namespace=meta["namespace"]),
-        involved_object=client.V1ObjectReference(
-            api_version=names.api_version, kind="ComputeDomain", name=meta["name"],
-            namespace=meta["namespace"], uid=meta["uid"]),
-        reason=reason, message=message, type="Warning" if warning else "Normal",
-        first_timestamp=now, last_timestamp=now, count=1,
-        source=client.V1EventSource(component=component))
-    try:
-        core(api).create_namespaced_event(meta["namespace"], body,
-                                                      _request_timeout=TIMEOUT_S)
-    except Exception as err:  # events are best effort
-        log.warning("cannot record event %s on ComputeDomain %s/%s: %s", reason,
-                    meta["namespace"], meta["name"], err)
+    kevents.record(api, {"apiVersion": names.api_version, "kind": KIND,
+                         "metadata": cd["metadata"]}, reason, message, warning=warning,
+                   component=component)
 
 
 def label_node(api: client.ApiClient, node: str, key: str, value: str | None) -> None:

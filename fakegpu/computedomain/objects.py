@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fakegpu.kube.resource import GROUP
+
 from .names import (
     ALLOCATION_MODES,
     CHANNEL,
@@ -25,7 +27,6 @@ from .names import (
     daemonset_name,
 )
 
-RESOURCE_API = "resource.k8s.io/v1"
 # The IMEX daemon pod: its process is the daemon's endpoint on the pod network (its peers
 # connect to it); when it dies the pod's supervisor loop restarts it after a pause, as a
 # service manager would, so an outage lasts long enough for every peer to see it.
@@ -79,13 +80,13 @@ def _labels(names: Names, domain: Domain) -> dict[str, str]:
 
 
 def _template(names: Names, domain: Domain, name: str, namespace: str, request: str,
-              device_class: str, config_kind: str) -> dict[str, Any]:
+              device_class: str, config_kind: str, version: str) -> dict[str, Any]:
     params: dict[str, Any] = {"apiVersion": names.api_version, "kind": config_kind,
                               "domainID": domain.uid}
     if config_kind == CHANNEL_CONFIG_KIND:
         params["allocationMode"] = domain.allocation_mode
     return {
-        "apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+        "apiVersion": f"{GROUP}/{version}", "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(names, domain)},
         "spec": {"spec": {"devices": {
             "requests": [{"name": request, "exactly": {
@@ -96,16 +97,18 @@ def _template(names: Names, domain: Domain, name: str, namespace: str, request: 
     }
 
 
-def channel_template(names: Names, domain: Domain) -> dict[str, Any]:
-    """The template users' pods name: one IMEX channel of the domain, in its namespace."""
+def channel_template(names: Names, domain: Domain, *, version: str) -> dict[str, Any]:
+    """The template users' pods name: one IMEX channel of the domain, in its namespace, at
+    resource.k8s.io ``version`` (``kube.resource_version``)."""
     return _template(names, domain, domain.template, domain.namespace, CHANNEL,
-                     names.channel_class, CHANNEL_CONFIG_KIND)
+                     names.channel_class, CHANNEL_CONFIG_KIND, version)
 
 
-def daemon_template(names: Names, domain: Domain, namespace: str) -> dict[str, Any]:
+def daemon_template(names: Names, domain: Domain, namespace: str, *, version: str
+                    ) -> dict[str, Any]:
     """The daemon pods' claim: the node's daemon device, configured for this domain."""
     return _template(names, domain, daemon_template_name(domain.uid), namespace, DAEMON,
-                     names.daemon_class, DAEMON_CONFIG_KIND)
+                     names.daemon_class, DAEMON_CONFIG_KIND, version)
 
 
 def daemonset(names: Names, domain: Domain, namespace: str, image: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from kubernetes.client.exceptions import ApiException
 from fakegpu import fsutil
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP
 from fakegpu.plugin import names as safe
 from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
 from fakegpu.plugin.driver import PrepareResult
@@ -88,7 +89,7 @@ class Config:
 
 
 def devices() -> list[dict[str, Any]]:
-    """This node's devices, in ResourceSlice form (resource.k8s.io/v1). Every domain on the
+    """This node's devices, in ResourceSlice form (resource.k8s.io v1/v1beta2). Every domain on the
     node shares them: allowMultipleAllocations (an apiserver without DRAConsumableCapacity
     drops it, and then one domain at a time uses a node)."""
     def device(kind: str, index: int) -> dict[str, Any]:
@@ -98,9 +99,9 @@ def devices() -> list[dict[str, Any]]:
     return [*(device(CHANNEL, i) for i in range(CHANNELS)), device(DAEMON, 0)]
 
 
-def slice_object(names: Names, node: str, node_uid: str) -> dict[str, Any]:
+def slice_object(names: Names, node: str, node_uid: str, version: str) -> dict[str, Any]:
     return {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "apiVersion": f"{GROUP}/{version}", "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{names.driver}",
                      "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
                                           "uid": node_uid, "controller": True}]},
@@ -228,11 +229,12 @@ class _DriverName:
 class ComputeDomainDriver:
     """What ``fakegpu.plugin.server`` calls: prepare / unprepare, one result per claim."""
 
-    def __init__(self, cfg: Config, api: client.ApiClient) -> None:
+    def __init__(self, cfg: Config, api: client.ApiClient, resource_version: str) -> None:
         self.cfg = _DriverName(cfg.names.driver)
         self.c = cfg
         self.names = cfg.names
         self.api = api
+        self.resource_version = resource_version  # kube.resource_version: the one rule
         self._lock = threading.Lock()  # one claim at a time: prepares wait on daemons anyway
         self._claims = self.c.state_dir / "claims"
         self._daemons = self.c.state_dir / "daemons"
@@ -278,7 +280,7 @@ class ComputeDomainDriver:
                 self._ensure_daemon(ref.uid, rec)
             return PreparedClaim.from_json(rec["claim"])
         claim = dict(kube.custom(self.api).get_namespaced_custom_object(
-            "resource.k8s.io", "v1", ref.namespace, "resourceclaims", ref.name,
+            GROUP, self.resource_version, ref.namespace, "resourceclaims", ref.name,
             _request_timeout=kube.TIMEOUT_S))
         p = plan(claim, ref, self.names, self.c.node)
         cd = kube.find_domain(self.api, self.names, p.domain_uid)
@@ -451,31 +453,31 @@ def _reap() -> None:
 # --- run -------------------------------------------------------------------------------------
 
 
-def publish(api: client.ApiClient, names_: Names, node: str) -> None:
+def publish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
     node_uid = kube.core(api).read_node(node, _request_timeout=kube.TIMEOUT_S)
-    body = slice_object(names_, node, str(node_uid.metadata.uid))
+    body = slice_object(names_, node, str(node_uid.metadata.uid), version)
     objects = kube.custom(api)
     try:
-        old = objects.get_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+        old = objects.get_cluster_custom_object(GROUP, version, "resourceslices",
                                                 body["metadata"]["name"],
                                                 _request_timeout=kube.TIMEOUT_S)
     except ApiException as err:
         if err.status != 404:
             raise
-        objects.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", body,
+        objects.create_cluster_custom_object(GROUP, version, "resourceslices", body,
                                              _request_timeout=kube.TIMEOUT_S)
         return
     body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
     body["spec"]["pool"]["generation"] = int(old["spec"]["pool"].get("generation", 0)) + 1
-    objects.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+    objects.replace_cluster_custom_object(GROUP, version, "resourceslices",
                                           body["metadata"]["name"], body,
                                           _request_timeout=kube.TIMEOUT_S)
 
 
-def unpublish(api: client.ApiClient, names_: Names, node: str) -> None:
+def unpublish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
     try:
         kube.custom(api).delete_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices", f"{node}-{names_.driver}",
+            GROUP, version, "resourceslices", f"{node}-{names_.driver}",
             _request_timeout=kube.TIMEOUT_S)
     except ApiException as err:
         if err.status != 404:
@@ -497,9 +499,10 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
         api = kubeapi.connect(kubeconfig)
     except Exception as err:
         raise FakegpuError(f"cannot reach the apiserver: {err}") from err
-    driver = ComputeDomainDriver(cfg, api)
+    version = kube.resource_version(api)
+    driver = ComputeDomainDriver(cfg, api, version)
     paths = socket_paths(kubelet_root, driver_name)
-    publish(api, names_, node)
+    publish(api, names_, node, version)
     driver.restart_daemons()
     stop = stop or threading.Event()
 
@@ -516,7 +519,7 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     servers.stop(10.0)
     driver.stop_daemons()
     try:
-        unpublish(api, names_, node)
+        unpublish(api, names_, node, version)
     except Exception as err:
         log.warning("cannot delete this node's slice: %s", err)
     return 0

@@ -28,13 +28,13 @@ import pynvml
 
 from fakegpu import drivers
 from fakegpu.errors import FakegpuError
+from fakegpu.kube.errors import KubeError
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
 from fakegpu.plugin import discovery
 from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
 from fakegpu.plugin.health import Health, classify, read_all_faults
-from fakegpu.plugin.kube import KubeError
 from fakegpu.plugin.publish import SliceApi, SlicePublisher
 from fakegpu.topology.model import Node
 

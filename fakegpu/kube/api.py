@@ -14,20 +14,20 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from fakegpu.errors import FakegpuError
+from fakegpu.kube.errors import CLIENT_ERRORS
 from fakegpu.kube.resource import GROUP, newest_served
 
 TIMEOUT_S = 10.0
 FIELD_MANAGER = "fakegpu"
 POOL_SIZE = 64  # connections kept open to the apiserver, per client
-# What a call can fail with when the apiserver refuses it (ApiException: HTTP status) or is not
-# reached (urllib3: connection refused, TLS not ready, read timeout).
-ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+# What a raw client call can fail with (the apiserver refused it, or was not reached);
+# ``fakegpu.kube.errors.translate`` names them.
+ERRORS = CLIENT_ERRORS
 
 
 def connect(kubeconfig: Path | None = None, *, retries: bool = True) -> client.ApiClient:

@@ -1,12 +1,14 @@
 """The apiserver, through the official kubernetes client: version negotiation, claims, slices.
 
-Everything here may fail with ``KubeError`` (apiserver unreachable, forbidden, conflict);
-callers decide whether to retry (slices) or report it on the claim (prepare).
+Everything here may fail with ``fakegpu.kube.errors.KubeError`` (apiserver unreachable,
+forbidden, conflict: the one vocabulary); callers decide whether to retry (slices) or report
+it on the claim (prepare). A class, not module functions as elsewhere in ``fakegpu.kube``: the
+plugin negotiates the resource.k8s.io version and reads the server's minor once, then every
+call of its threads shares them and one connection pool.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -16,36 +18,12 @@ from typing import Any, cast
 from kubernetes import client
 
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
+from fakegpu.kube.errors import KubeError, call
 from fakegpu.kube.resource import GROUP, NoResourceApi, newest_served
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 10.0
-
-
-class KubeError(Exception):
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status  # HTTP status, 0 when the apiserver was not reached
-
-
-def _wrap(what: str, err: Exception) -> KubeError:
-    status = int(getattr(err, "status", 0) or 0)
-    reason = getattr(err, "reason", None) or str(err).splitlines()[0]
-    # The apiserver's Status says which field it refused (a 422's reason alone does not).
-    detail = _status_message(getattr(err, "body", None))
-    return KubeError(f"{what}: {f'HTTP {status} ' if status else ''}{reason}"
-                     f"{f': {detail}' if detail else ''}", status)
-
-
-def _status_message(body: object) -> str:
-    """The ``message`` of an API error's Status body, if it is one."""
-    if not isinstance(body, str | bytes) or not body:
-        return ""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return ""
-    return str(parsed.get("message") or "") if isinstance(parsed, dict) else ""
 
 
 class Kube:
@@ -64,20 +42,17 @@ class Kube:
                 try:
                     # None: a DaemonSet pod's service account, else $KUBECONFIG / ~/.kube.
                     self._api = kubeapi.connect(self._kubeconfig)
-                except Exception as err:
-                    raise _wrap("cannot load Kubernetes credentials", err) from err
+                except Exception as err:  # no credentials: a missing file, a bad config
+                    first = (str(err).splitlines() or [type(err).__name__])[0]
+                    raise KubeError(f"cannot load Kubernetes credentials: {first}") from err
             return self._api
 
     def version(self) -> str:
         """The newest resource.k8s.io version served (v1 > v1beta2 > v1beta1); cached once known."""
         if self._version is not None:
             return self._version
-        try:
-            served = kubeapi.served_versions(self._client(), GROUP)
-        except KubeError:
-            raise
-        except Exception as err:
-            raise _wrap("cannot list API groups", err) from err
+        served = call("cannot list API groups",
+                      lambda: kubeapi.served_versions(self._client(), GROUP))
         try:
             version = newest_served(served)  # the rule cluster and test kit use too
         except NoResourceApi as err:
@@ -91,12 +66,8 @@ class Kube:
         accepts (the taint effect None from 1.35) follows from it."""
         if self._minor is not None:
             return self._minor
-        try:
-            info = client.VersionApi(self._client()).get_code(_request_timeout=TIMEOUT_S)
-        except KubeError:
-            raise
-        except Exception as err:
-            raise _wrap("cannot read the apiserver's version", err) from err
+        info = call("cannot read the apiserver's version",
+                    lambda: client.VersionApi(self._client()).get_code(_request_timeout=TIMEOUT_S))
         digits = re.match(r"\d+", str(info.minor or ""))
         if digits is None:
             raise KubeError(f"the apiserver reports no minor version ({info.git_version})")
@@ -105,12 +76,8 @@ class Kube:
 
     def node_uid(self, name: str) -> str:
         """The UID of Node ``name`` (the owner of its slices); needs ``get`` on nodes."""
-        try:
-            node = client.CoreV1Api(self._client()).read_node(name, _request_timeout=TIMEOUT_S)
-        except KubeError:
-            raise
-        except Exception as err:
-            raise _wrap(f"cannot read Node {name}", err) from err
+        node = call(f"cannot read Node {name}", lambda: client.CoreV1Api(self._client()).read_node(
+            name, _request_timeout=TIMEOUT_S))
         uid = node.metadata.uid if node.metadata is not None else None
         if not uid:
             raise KubeError(f"Node {name} has no UID")
@@ -120,14 +87,11 @@ class Kube:
         return client.CustomObjectsApi(self._client())
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        try:
-            obj = self._objects().get_namespaced_custom_object(
-                GROUP, self.version(), namespace, "resourceclaims", name,
-                _request_timeout=TIMEOUT_S)
-        except KubeError:
-            raise
-        except Exception as err:
-            raise _wrap(f"cannot read ResourceClaim {namespace}/{name}", err) from err
+        version = self.version()
+        obj = call(f"cannot read ResourceClaim {namespace}/{name}",
+                   lambda: self._objects().get_namespaced_custom_object(
+                       GROUP, version, namespace, "resourceclaims", name,
+                       _request_timeout=TIMEOUT_S))
         return cast(dict[str, Any], obj)
 
     def replace_claim_status(self, claim: dict[str, Any]) -> None:
@@ -157,51 +121,46 @@ class Kube:
                     *args, body, _content_type="application/merge-patch+json",
                     _request_timeout=TIMEOUT_S)
             except client.ApiException as err:
-                if err.status != 422 or "status.allocation" not in _status_message(err.body):
+                if err.status != 422 or "status.allocation" not in errors.status_message(
+                        err.body):
                     raise
                 objects.replace_namespaced_custom_object_status(
                     *args, claim, _request_timeout=TIMEOUT_S)
-        except KubeError:
-            raise
-        except Exception as err:
-            raise _wrap(f"cannot update status of ResourceClaim {meta['name']}", err) from err
+        except errors.CLIENT_ERRORS as err:
+            raise errors.translate(f"cannot update status of ResourceClaim {meta['name']}",
+                                   err) from err
 
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
-        try:
-            listed = self._objects().list_cluster_custom_object(
-                GROUP, self.version(), "resourceslices",
-                field_selector=f"spec.driver={driver},spec.nodeName={node}",
-                _request_timeout=TIMEOUT_S)
-        except KubeError:
-            raise
-        except Exception as err:
-            raise _wrap("cannot list ResourceSlices", err) from err
+        version = self.version()
+        listed = call("cannot list ResourceSlices",
+                      lambda: self._objects().list_cluster_custom_object(
+                          GROUP, version, "resourceslices",
+                          field_selector=f"spec.driver={driver},spec.nodeName={node}",
+                          _request_timeout=TIMEOUT_S))
         return [dict(i) for i in cast(dict[str, Any], listed).get("items") or []]
 
     def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
         """Create; returns the object as stored (fields the apiserver dropped are missing)."""
-        try:
-            made = self._objects().create_cluster_custom_object(
-                GROUP, self.version(), "resourceslices", body, _request_timeout=TIMEOUT_S)
-        except Exception as err:
-            raise _wrap(f"cannot create ResourceSlice {body['metadata']['name']}", err) from err
+        version = self.version()
+        made = call(f"cannot create ResourceSlice {body['metadata']['name']}",
+                    lambda: self._objects().create_cluster_custom_object(
+                        GROUP, version, "resourceslices", body, _request_timeout=TIMEOUT_S))
         return cast(dict[str, Any], made)
 
     def replace_slice(self, body: dict[str, Any]) -> dict[str, Any]:
         """Replace; returns the object as stored."""
-        try:
-            stored = self._objects().replace_cluster_custom_object(
-                GROUP, self.version(), "resourceslices", body["metadata"]["name"], body,
-                _request_timeout=TIMEOUT_S)
-        except Exception as err:
-            raise _wrap(f"cannot replace ResourceSlice {body['metadata']['name']}", err) from err
+        version = self.version()
+        stored = call(f"cannot replace ResourceSlice {body['metadata']['name']}",
+                      lambda: self._objects().replace_cluster_custom_object(
+                          GROUP, version, "resourceslices", body["metadata"]["name"], body,
+                          _request_timeout=TIMEOUT_S))
         return cast(dict[str, Any], stored)
 
     def delete_slice(self, name: str) -> None:
+        version = self.version()
         try:
-            self._objects().delete_cluster_custom_object(
-                GROUP, self.version(), "resourceslices", name, _request_timeout=TIMEOUT_S)
-        except Exception as err:
-            if getattr(err, "status", 0) == 404:
-                return
-            raise _wrap(f"cannot delete ResourceSlice {name}", err) from err
+            call(f"cannot delete ResourceSlice {name}",
+                 lambda: self._objects().delete_cluster_custom_object(
+                     GROUP, version, "resourceslices", name, _request_timeout=TIMEOUT_S))
+        except errors.NotFound:
+            return

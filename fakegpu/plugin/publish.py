@@ -21,10 +21,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from fakegpu.kube.errors import KubeError
+
 from . import slices
 from .discovery import Inventory
 from .driver import Devices
-from .kube import KubeError
 from .slices import Taint
 
 log = logging.getLogger(__name__)

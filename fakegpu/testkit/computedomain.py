@@ -14,6 +14,8 @@ from kubernetes import client as kclient
 
 from fakegpu.computedomain.names import PLURAL, VERSION, Names
 from fakegpu.deploy.manifests import NAMESPACE as DRIVER_NAMESPACE
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube.resource import GROUP
 
 from . import k8s
 from .dra import ResourceApi
@@ -121,6 +123,7 @@ def leftovers(k8s_client: Any, names: Names, namespace: str, name: str, uid: str
     core: Any = kclient.CoreV1Api(k8s_client)
     apps: Any = kclient.AppsV1Api(k8s_client)
     selector = f"{names.label_key}={uid}"
+    version = kubeapi.resource_version(k8s_client)
     left = []
     try:
         gone(k8s_client, names, namespace, name)
@@ -128,7 +131,7 @@ def leftovers(k8s_client: Any, names: Names, namespace: str, name: str, uid: str
         left.append("the ComputeDomain")
     left += [f"template {t['metadata']['namespace']}/{t['metadata']['name']}"
              for t in custom.list_cluster_custom_object(
-                 "resource.k8s.io", "v1", "resourceclaimtemplates",
+                 GROUP, version, "resourceclaimtemplates",
                  label_selector=selector)["items"]]
     left += [f"daemon set {d.metadata.name}" for d in apps
              .list_daemon_set_for_all_namespaces(label_selector=selector).items]
@@ -137,7 +140,7 @@ def leftovers(k8s_client: Any, names: Names, namespace: str, name: str, uid: str
     left += [f"node label on {n.metadata.name}"
              for n in core.list_node(label_selector=selector).items]
     for ns in (namespace, DRIVER_NAMESPACE):
-        for claim in custom.list_namespaced_custom_object("resource.k8s.io", "v1", ns,
+        for claim in custom.list_namespaced_custom_object(GROUP, version, ns,
                                                           "resourceclaims")["items"]:
             configs = ((claim.get("spec") or {}).get("devices") or {}).get("config") or []
             if ns == namespace or any((c.get("opaque") or {}).get("parameters", {})

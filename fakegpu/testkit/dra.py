@@ -17,16 +17,15 @@ from kubernetes.client.exceptions import ApiException
 
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import pods
 from fakegpu.kube.resource import GROUP
 
 from .k8s import (
-    _TRANSIENT,
     POLL_S,
     create_pod,
-    is_transient_api_error,
     wait_pod_running,
 )
-from .wait import NotYet, wait_for
+from .wait import NotYet
 
 
 class ResourceApi:
@@ -111,9 +110,8 @@ class ResourceApi:
                 raise NotYet(f"claim {namespace}/{name} not allocated: {claim.get('status')}")
             return claim
 
-        return wait_for(allocated, what=f"claim {namespace}/{name} to be allocated",
-                        timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
-                        is_transient=is_transient_api_error)
+        return pods.poll(allocated, what=f"claim {namespace}/{name} to be allocated",
+                         timeout=timeout, interval=POLL_S)
 
     # --- builders at this API version ----------------------------------------------------------
 

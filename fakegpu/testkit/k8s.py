@@ -1,42 +1,39 @@
-"""Kubernetes helpers for suites: client, namespaces, pod waits, exec, logs, manifests, diagnostics.
+"""Suite policy on top of ``fakegpu.kube``: what a test waits for, and how long; a namespace per
+test; pods' environments; manifests; the diagnostics attached to a failing report.
 
-Everything takes an explicit client (no global kubeconfig state), so two clusters can be driven
-from one process and nothing is read from the environment at import time.
+The mechanics (pods, exec through the API's stream, logs, namespaces, events, the error
+vocabulary) are ``fakegpu.kube``'s; these functions keep the suites' signature (a
+``CoreV1Api``) and add the suites' timeouts and poll interval. Everything takes an explicit
+client (no global kubeconfig state), so two clusters can be driven from one process and
+nothing is read from the environment at import time.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client as kclient
-from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
 
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import events as kevents
+from fakegpu.kube import namespaces, pods
+from fakegpu.kube.errors import is_transient
+from fakegpu.kube.pods import ExecFailed, ExecResult, PodFailed
 from fakegpu.kube.resource import GROUP, newest_served
 
-from .wait import NotYet, wait_for
+from .wait import NotYet
+
+__all__ = ["ExecFailed", "ExecResult", "PodFailed"]
 
 FIELD_MANAGER = "fakegpu-testkit"
 # The test kit's waits poll the apiserver: a read every half second is nothing to it, and a wait
 # overshoots the event it waits for by half the interval on average (0.5 s a wait at 1 s).
 POLL_S = 0.5
-
-
-class ExecFailed(FakegpuError):
-    """A command run in a pod exited non-zero (message carries its output)."""
-
-
-class PodFailed(FakegpuError):
-    """A pod reached a terminal phase while we waited for it to run."""
 
 
 def new_api_client(kubeconfig: Path) -> Any:
@@ -46,12 +43,7 @@ def new_api_client(kubeconfig: Path) -> Any:
 
 def is_transient_api_error(err: BaseException) -> bool:
     """Errors worth retrying inside a wait: throttling, server-side trouble, connection resets."""
-    if isinstance(err, ApiException):
-        return err.status in (0, 429, 500, 502, 503, 504)
-    return isinstance(err, (ConnectionError, TimeoutError))
-
-
-_TRANSIENT: tuple[type[BaseException], ...] = (ApiException, ConnectionError, TimeoutError)
+    return is_transient(err)
 
 
 # --- namespaces ---------------------------------------------------------------------------------
@@ -64,9 +56,7 @@ def create_namespace(
     # A random suffix instead of generateName: the name is known before the call, so a retry
     # after a lost response cannot leak a second namespace.
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    body = kclient.V1Namespace(
-        metadata=kclient.V1ObjectMeta(name=name, labels=dict(labels or {})))
-    core.create_namespace(body)
+    namespaces.create(core.api_client, name, labels)
     return name
 
 
@@ -77,37 +67,28 @@ def delete_namespace(core: kclient.CoreV1Api, name: str, *, timeout: float = 180
     The namespace object itself is left to the namespace controller: it goes once the
     controller's next discovery round finds it empty, which frees nothing a later test needs
     and cost 2-5 s a test (measured on the 2-core CI VM, 2026-11-30)."""
-    try:
-        # Pods first, directly: the namespace controller deletes them only after a discovery
-        # round over every resource type (pods gone after 8.8 s that way, 4.4 s like this).
-        core.delete_collection_namespaced_pod(name)
-    except ApiException as err:
-        if err.status != 404:
-            raise
-    try:
-        core.delete_namespace(name)
-    except ApiException as err:
-        if err.status == 404:
-            return
-        raise
-    claims = _ResourceClaims(core.api_client)
+    api = core.api_client
+    # Pods first, directly: the namespace controller deletes them only after a discovery
+    # round over every resource type (pods gone after 8.8 s that way, 4.4 s like this).
+    pods.delete_all(api, name)
+    if not namespaces.delete(api, name):
+        return
+    claims = _ResourceClaims(api)
 
     def released() -> None:
-        try:
-            ns: Any = core.read_namespace(name)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        pods: list[Any] = core.list_namespaced_pod(name).items
+        ns = namespaces.read(api, name)
+        if ns is None:
+            return
+        left_pods = pods.list_in(api, name)
         left = claims.names(name)
-        if pods or left:
-            raise NotYet(f"namespace {name} phase {ns.status.phase}, {len(pods)} pod(s) left: "
-                         + ", ".join(f"{p.metadata.name}={p.status.phase}" for p in pods)
+        if left_pods or left:
+            raise NotYet(f"namespace {name} phase {ns.status.phase}, {len(left_pods)} pod(s) "
+                         "left: " + ", ".join(f"{p.metadata.name}={p.status.phase}"
+                                              for p in left_pods)
                          + f"; claims left: {left}")
 
-    wait_for(released, what=f"namespace {name} to release its devices", timeout=timeout,
-             interval=POLL_S, transient=_TRANSIENT, is_transient=is_transient_api_error)
+    pods.poll(released, what=f"namespace {name} to release its devices", timeout=timeout,
+              interval=POLL_S)
 
 
 class _ResourceClaims:
@@ -134,50 +115,21 @@ class _ResourceClaims:
 
 def create_pod(core: kclient.CoreV1Api, namespace: str, manifest: Mapping[str, Any]) -> Any:
     """Create a pod from a plain manifest (``dra.pod_manifest``)."""
-    body: Any = dict(manifest)  # the client takes dicts as they are, whatever its stubs say
-    return core.create_namespaced_pod(namespace, body)
+    return pods.create(core.api_client, namespace, manifest)
 
 
 def read_pod(core: kclient.CoreV1Api, namespace: str, name: str) -> Any:
-    return core.read_namespaced_pod(name, namespace)
+    return pods.read(core.api_client, namespace, name)
 
 
-def pod_condition(pod: Any, ctype: str) -> Any | None:
-    for cond in pod.status.conditions or ():
-        if cond.type == ctype:
-            return cond
-    return None
-
-
-def _pod_state(pod: Any) -> str:
-    parts = [f"phase={pod.status.phase}"]
-    for cond in pod.status.conditions or ():
-        if cond.status != "True":
-            parts.append(f"{cond.type}={cond.status}({cond.reason}: {cond.message})")
-    for cs in pod.status.container_statuses or ():
-        waiting = cs.state.waiting if cs.state else None
-        if waiting is not None:
-            parts.append(f"{cs.name} waiting {waiting.reason}: {waiting.message}")
-    return " ".join(parts)
+pod_condition = pods.condition
 
 
 def wait_pod_running(
     core: kclient.CoreV1Api, namespace: str, name: str, *, timeout: float = 180.0
 ) -> Any:
     """Wait until the pod is Running with all containers ready; a terminal phase fails at once."""
-
-    def running() -> Any:
-        pod = read_pod(core, namespace, name)
-        phase = pod.status.phase
-        if phase in ("Failed", "Succeeded"):
-            raise PodFailed(f"pod {namespace}/{name} ended ({_pod_state(pod)}) instead of running")
-        ready = pod_condition(pod, "Ready")
-        if phase == "Running" and ready is not None and ready.status == "True":
-            return pod
-        raise NotYet(_pod_state(pod))
-
-    return wait_for(running, what=f"pod {namespace}/{name} to run", timeout=timeout,
-                    interval=POLL_S, transient=_TRANSIENT, is_transient=is_transient_api_error)
+    return pods.wait_running(core.api_client, namespace, name, timeout=timeout, interval=POLL_S)
 
 
 def wait_pod_condition(
@@ -190,17 +142,8 @@ def wait_pod_condition(
     timeout: float = 120.0,
 ) -> Any:
     """Wait until the pod has condition ``ctype`` with ``status``; return the pod."""
-
-    def has() -> Any:
-        pod = read_pod(core, namespace, name)
-        cond = pod_condition(pod, ctype)
-        if cond is not None and cond.status == status:
-            return pod
-        raise NotYet(_pod_state(pod))
-
-    return wait_for(has, what=f"pod {namespace}/{name} condition {ctype}={status}",
-                    timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
-                    is_transient=is_transient_api_error)
+    return pods.wait_condition(core.api_client, namespace, name, ctype, status, timeout=timeout,
+                               interval=POLL_S)
 
 
 # The DRA scheduler plugin's reason when no node can satisfy a pod's claims (stable since 1.26;
@@ -212,7 +155,7 @@ def claims_refused(pod: Any) -> bool:
     """Whether the scheduler has tried to allocate the pod's claims and could not:
     ``PodScheduled=False`` with the DRA plugin's CANNOT_ALLOCATE in its message. Before that it
     waits for the claim controller to create the pod's claims (another message): no verdict."""
-    cond = pod_condition(pod, "PodScheduled")
+    cond = pods.condition(pod, "PodScheduled")
     return cond is not None and cond.status == "False" and CANNOT_ALLOCATE in (
         cond.message or "")
 
@@ -225,34 +168,22 @@ def wait_unschedulable(core: kclient.CoreV1Api, namespace: str, name: str, *,
     def refused() -> Any:
         pod = read_pod(core, namespace, name)
         if not claims_refused(pod):
-            raise NotYet(f"PodScheduled: {pod_condition(pod, 'PodScheduled')}")
+            raise NotYet(f"PodScheduled: {pods.condition(pod, 'PodScheduled')}")
         return pod
 
-    return wait_for(refused, what=what or f"the scheduler to refuse pod {namespace}/{name}",
-                    timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
-                    is_transient=is_transient_api_error)
+    return pods.poll(refused, what=what or f"the scheduler to refuse pod {namespace}/{name}",
+                     timeout=timeout, interval=POLL_S)
 
 
 def wait_pod_gone(
     core: kclient.CoreV1Api, namespace: str, name: str, *, timeout: float = 120.0
 ) -> None:
-    def gone() -> None:
-        try:
-            pod = read_pod(core, namespace, name)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
-        raise NotYet(_pod_state(pod))
-
-    wait_for(gone, what=f"pod {namespace}/{name} to be deleted", timeout=timeout, interval=POLL_S,
-             transient=_TRANSIENT, is_transient=is_transient_api_error)
+    pods.wait_gone(core.api_client, namespace, name, timeout=timeout, interval=POLL_S)
 
 
 def pod_json(core: kclient.CoreV1Api, namespace: str, name: str) -> dict[str, Any]:
     """The pod as the apiserver sends it (fields newer than the client's models included)."""
-    resp: Any = core.read_namespaced_pod(name, namespace, _preload_content=False)
-    return dict(json.loads(resp.data))
+    return pods.read_json(core.api_client, namespace, name)
 
 
 def device_health(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -282,10 +213,9 @@ def wait_device_health(core: kclient.CoreV1Api, namespace: str, name: str, healt
             raise NotYet(f"allocated resources' health: {seen}")
         return pod
 
-    return wait_for(shows, what=f"pod {namespace}/{name} to show {resource_id or 'its devices'} "
-                              f"{health}",
-                    timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
-                    is_transient=is_transient_api_error)
+    return pods.poll(shows, what=f"pod {namespace}/{name} to show {resource_id or 'its devices'} "
+                                 f"{health}",
+                     timeout=timeout, interval=POLL_S)
 
 
 def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,
@@ -294,29 +224,20 @@ def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,
     return the first one."""
 
     def seen() -> Any:
-        events = core.list_namespaced_event(namespace).items
-        for ev in events:
-            if ev.reason == reason and (involved is None
-                                        or ev.involved_object.name == involved):
-                return ev
-        raise NotYet("events: " + ", ".join(sorted({f"{e.reason}({e.involved_object.name})"
-                                                      for e in events})))
+        events = kevents.list_in(core.api_client, namespace)
+        found = kevents.find(events, reason, involved)
+        if found is None:
+            raise NotYet("events: " + ", ".join(sorted({f"{e.reason}({e.involved_object.name})"
+                                                          for e in events})))
+        return found
 
-    return wait_for(seen, what=f"event {reason} in {namespace}", timeout=timeout, interval=POLL_S,
-                    transient=_TRANSIENT, is_transient=is_transient_api_error)
+    return pods.poll(seen, what=f"event {reason} in {namespace}", timeout=timeout,
+                     interval=POLL_S)
 
 
 def pod_log(core: kclient.CoreV1Api, namespace: str, name: str,
             container: str | None = None) -> str:
-    kwargs: dict[str, Any] = {"container": container} if container else {}
-    return str(core.read_namespaced_pod_log(name, namespace, **kwargs))
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    returncode: int
-    stdout: str
-    stderr: str
+    return pods.log(core.api_client, namespace, name, container)
 
 
 def exec_in_pod(
@@ -330,28 +251,8 @@ def exec_in_pod(
     check: bool = True,
 ) -> ExecResult:
     """Run ``command`` in the pod through the apiserver's exec stream (as kubectl exec does)."""
-    kwargs: dict[str, Any] = {"container": container} if container else {}
-    resp = stream(core.connect_get_namespaced_pod_exec, name, namespace, command=list(command),
-                  stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False,
-                  **kwargs)
-    try:
-        # run_forever buffers every frame per channel until the command ends (or the timeout),
-        # so large outputs are read whole afterwards.
-        resp.run_forever(timeout=timeout)
-        finished = not resp.is_open()
-        stdout = str(resp.read_stdout(timeout=0))
-        stderr = str(resp.read_stderr(timeout=0))
-        code = resp.returncode if finished else None
-    finally:
-        resp.close()
-    if code is None:
-        raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} did not finish "
-                         f"within {timeout:.0f}s; output so far: {stdout.strip()[-500:]}")
-    result = ExecResult(int(code), stdout, stderr)
-    if check and result.returncode != 0:
-        raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} exited "
-                         f"{result.returncode}: {result.stderr.strip() or result.stdout.strip()}")
-    return result
+    return pods.exec_(core.api_client, namespace, name, command, container=container,
+                      timeout=timeout, check=check)
 
 
 ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
@@ -371,9 +272,8 @@ def logged_env(core: kclient.CoreV1Api, namespace: str, pod: str, *,
             raise NotYet(f"log so far: {text[-300:]!r}")
         return text
 
-    return parse_env(wait_for(complete, what=f"pod {namespace}/{pod} to print its env",
-                              timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
-                              is_transient=is_transient_api_error))
+    return parse_env(pods.poll(complete, what=f"pod {namespace}/{pod} to print its env",
+                               timeout=timeout, interval=POLL_S))
 
 
 def exec_env(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
@@ -428,26 +328,13 @@ def apply_manifests(
 
 def describe_events(core: kclient.CoreV1Api, namespace: str) -> str:
     """The namespace's events, oldest first, one line each (like ``kubectl get events``)."""
-    events: list[Any] = core.list_namespaced_event(namespace).items
-
-    def when(ev: Any) -> datetime:
-        t = (ev.last_timestamp or ev.event_time or ev.first_timestamp
-             or ev.metadata.creation_timestamp)
-        return t if isinstance(t, datetime) else datetime.min.replace(tzinfo=UTC)
-
-    lines = []
-    for ev in sorted(events, key=when):
-        obj = ev.involved_object
-        lines.append(f"{when(ev).isoformat()} {ev.type} {ev.reason} {obj.kind}/{obj.name} "
-                     f"(x{ev.count or 1}): {ev.message}")
-    return "\n".join(lines) or f"(no events in namespace {namespace})"
+    return kevents.describe(core.api_client, namespace)
 
 
 def describe_pods(core: kclient.CoreV1Api, namespace: str) -> str:
     """Each pod's node, phase, conditions, container states and claims, in a few lines."""
     out: list[str] = []
-    pods: list[Any] = core.list_namespaced_pod(namespace).items
-    for pod in pods:
+    for pod in pods.list_in(core.api_client, namespace):
         st = pod.status
         out.append(f"pod {pod.metadata.name}: node={pod.spec.node_name} phase={st.phase}")
         for cond in st.conditions or ():

@@ -29,6 +29,8 @@ from typing import Any
 from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
 
+from fakegpu.kube.errors import KubeError
+
 from .dra import PodClaim, ResourceApi, pod_manifest
 from .k8s import create_pod
 
@@ -182,9 +184,9 @@ class PodLoad:
             created = self.now()
             try:
                 create_pod(self.core, self.namespace, self._manifest(name, node))
-            except ApiException as err:
+            except KubeError as err:
                 with self._lock:
-                    self.create_errors.append(f"{name}: {err.status} {err.reason}")
+                    self.create_errors.append(f"{name}: {err}")
                 continue
             with self._lock:
                 self.records[name] = PodRecord(name, node, created)

@@ -50,11 +50,13 @@ def test_a_bad_spec_is_one_line_naming_the_field(spec: dict[str, Any], field: st
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("version", ["v1", "v1beta2"])
 @pytest.mark.parametrize("names", [NV, FG])
-def test_templates_and_daemonset_carry_the_domain(names: Names) -> None:
+def test_templates_and_daemonset_carry_the_domain(names: Names, version: str) -> None:
     d = objects.parse(cd(channel={"resourceClaimTemplate": {"name": "t"},
                                   "allocationMode": "All"}))
-    ch = objects.channel_template(names, d)
+    ch = objects.channel_template(names, d, version=version)
+    assert ch["apiVersion"] == f"resource.k8s.io/{version}"
     assert ch["metadata"] == {"name": "t", "namespace": "ns",
                               "labels": {names.label_key: "u-1",
                                          "app.kubernetes.io/managed-by": "fakegpu"}}
@@ -64,7 +66,8 @@ def test_templates_and_daemonset_carry_the_domain(names: Names) -> None:
     assert config["opaque"] == {"driver": names.driver, "parameters": {
         "apiVersion": names.api_version, "kind": "ComputeDomainChannelConfig",
         "domainID": "u-1", "allocationMode": "All"}}
-    dm = objects.daemon_template(names, d, "sys")
+    dm = objects.daemon_template(names, d, "sys", version=version)
+    assert dm["apiVersion"] == f"resource.k8s.io/{version}"
     assert dm["metadata"]["namespace"] == "sys"
     assert dm["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["kind"] == \
         "ComputeDomainDaemonConfig"
@@ -97,3 +100,33 @@ def test_upsert_keeps_indexes_and_fills_the_lowest_gap() -> None:
     nodes = objects.upsert_node(nodes, {"name": "c", "status": "Ready"})
     assert [(x["name"], x["index"]) for x in nodes] == [("c", 0), ("b", 1)]
     assert [x["name"] for x in objects.prune_nodes(nodes, {"b"})] == ["b"]
+
+
+class _Served:
+    """An ApiClient stand-in for ``kube.api.get_json("/apis")``: the resource.k8s.io versions."""
+
+    def __init__(self, versions: list[str]) -> None:
+        self.versions = versions
+
+
+@pytest.mark.parametrize(("served", "chosen"), [(["v1beta1", "v1beta2", "v1"], "v1"),
+                                                (["v1beta1", "v1beta2"], "v1beta2")])
+def test_the_resource_version_is_the_one_rules(monkeypatch: pytest.MonkeyPatch,
+                                               served: list[str], chosen: str) -> None:
+    from fakegpu.computedomain import kube
+    from fakegpu.kube import api as kubeapi
+
+    monkeypatch.setattr(kubeapi, "served_versions", lambda api, group: api.versions)
+    assert kube.resource_version(_Served(served)) == chosen  # type: ignore[arg-type]
+
+
+def test_an_apiserver_serving_only_v1beta1_is_refused_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fakegpu.computedomain import kube
+    from fakegpu.errors import FakegpuError
+    from fakegpu.kube import api as kubeapi
+
+    monkeypatch.setattr(kubeapi, "served_versions", lambda api, group: api.versions)
+    with pytest.raises(FakegpuError, match=r"^ComputeDomains need resource.k8s.io v1 or "
+                                           r"v1beta2; the apiserver's newest is v1beta1$"):
+        kube.resource_version(_Served(["v1beta1"]))  # type: ignore[arg-type]

@@ -100,7 +100,8 @@ def test_a_channel_claim_names_its_nodes_imex_daemon(ip: str, endpoint: str) -> 
 
 
 def test_the_slice_publishes_channels_and_one_daemon() -> None:
-    s = plugin.slice_object(NAMES, "n0", "node-uid")
+    s = plugin.slice_object(NAMES, "n0", "node-uid", "v1beta2")
+    assert s["apiVersion"] == "resource.k8s.io/v1beta2"
     names = [d["name"] for d in s["spec"]["devices"]]
     assert names == [*(f"channel-{i}" for i in range(plugin.CHANNELS)), "daemon-0"]
     assert s["spec"]["driver"] == "compute-domain.nvidia.com"

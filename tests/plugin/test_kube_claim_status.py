@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException
 
-from fakegpu.plugin.kube import Kube, KubeError
+from fakegpu.kube.errors import KubeError
+from fakegpu.plugin.kube import Kube
 
 
 class _Objects:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from fakegpu.kube.errors import KubeError
 from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
 from fakegpu.plugin.health import Health
-from fakegpu.plugin.kube import KubeError
 from fakegpu.plugin.publish import SlicePublisher
 
 from .helpers import DRIVER, NODE, inventory
