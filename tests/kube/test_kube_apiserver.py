@@ -1,0 +1,85 @@
+"""fakegpu.kube's namespaces, pods and events against a real kube-apiserver (no kubelet, no
+scheduler: pods stay Pending, which is all these calls need), and the error vocabulary as the
+apiserver really answers. Exec needs a kubelet: the e2e suites run it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors, events, namespaces, pods
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
+    from fakegpu.cluster import binaries
+    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.errors import MissingPrerequisite
+
+    try:
+        bins = binaries.ensure()
+    except MissingPrerequisite as err:
+        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
+    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+        c = kubeapi.connect(Path(cp.kubeconfig))
+        yield c
+        c.close()  # type: ignore[no-untyped-call]
+
+
+def _pod(name: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox:local"}]}}
+
+
+def test_a_namespace_is_created_once_and_deleted(api: client.ApiClient) -> None:
+    namespaces.create(api, "kube-ns-a", {"team": "x"})
+    with pytest.raises(errors.Conflict, match=r"^cannot create namespace kube-ns-a: HTTP 409 "):
+        namespaces.create(api, "kube-ns-a")
+    ns = namespaces.read(api, "kube-ns-a")
+    assert ns is not None and ns.metadata.labels["team"] == "x"
+    assert namespaces.delete(api, "kube-ns-a") is True
+    assert namespaces.read(api, "never-made") is None
+    assert namespaces.delete(api, "never-made") is False
+
+
+def test_pods_are_created_read_and_deleted(api: client.ApiClient) -> None:
+    namespaces.create(api, "kube-pods")
+    made = pods.create(api, "kube-pods", _pod("p1"))
+    assert made.metadata.name == "p1"
+    assert pods.read(api, "kube-pods", "p1").status.phase == "Pending"  # no scheduler here
+    assert pods.read_json(api, "kube-pods", "p1")["spec"]["containers"][0]["name"] == "c"
+    assert [p.metadata.name for p in pods.list_in(api, "kube-pods")] == ["p1"]
+    assert pods.summary(pods.read(api, "kube-pods", "p1")).startswith("phase=Pending")
+    pods.delete_all(api, "kube-pods")
+    # Never bound to a node, the pod goes at once; the wait sees it gone.
+    pods.wait_gone(api, "kube-pods", "p1", timeout=60)
+    with pytest.raises(errors.NotFound, match=r"^cannot read pod kube-pods/p1: HTTP 404 "):
+        pods.read(api, "kube-pods", "p1")
+    pods.delete_all(api, "no-such-namespace")  # nothing to delete is not an error
+
+
+def test_a_refused_object_is_invalid_with_the_apiservers_reason(api: client.ApiClient) -> None:
+    namespaces.create(api, "kube-bad")
+    bad = _pod("Not_A_Name")
+    with pytest.raises(errors.Invalid, match=r"HTTP 422 .*Not_A_Name") as got:
+        pods.create(api, "kube-bad", bad)
+    assert got.value.status == 422 and not got.value.transient
+
+
+def test_an_event_is_recorded_and_described(api: client.ApiClient) -> None:
+    namespaces.create(api, "kube-events")
+    pod = pods.read_json(api, "kube-events", pods.create(
+        api, "kube-events", _pod("p")).metadata.name)
+    events.record(api, pod, "Checked", "looked at it", warning=True, component="tests")
+    listed = events.list_in(api, "kube-events")
+    found = events.find(listed, "Checked", involved="p")
+    assert found is not None and found.type == "Warning" and found.source.component == "tests"
+    assert events.find(listed, "Checked", involved="other") is None
+    assert "Warning Checked Pod/p (x1): looked at it" in events.describe(api, "kube-events")
+    assert events.describe(api, "kube-empty") == "(no events in namespace kube-empty)"
