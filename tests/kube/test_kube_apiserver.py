@@ -32,6 +32,14 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
         c.close()  # type: ignore[no-untyped-call]
 
 
+def _namespace(api: client.ApiClient, name: str) -> None:
+    """A namespace pods can be created in: with no controllers, its ``default`` service
+    account (which the admission of every pod looks up) is made here."""
+    namespaces.create(api, name)
+    client.CoreV1Api(api).create_namespaced_service_account(
+        name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+
+
 def _pod(name: str) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"containers": [{"name": "c", "image": "busybox:local"}]}}
@@ -49,7 +57,7 @@ def test_a_namespace_is_created_once_and_deleted(api: client.ApiClient) -> None:
 
 
 def test_pods_are_created_read_and_deleted(api: client.ApiClient) -> None:
-    namespaces.create(api, "kube-pods")
+    _namespace(api, "kube-pods")
     made = pods.create(api, "kube-pods", _pod("p1"))
     assert made.metadata.name == "p1"
     assert pods.read(api, "kube-pods", "p1").status.phase == "Pending"  # no scheduler here
@@ -65,7 +73,7 @@ def test_pods_are_created_read_and_deleted(api: client.ApiClient) -> None:
 
 
 def test_a_refused_object_is_invalid_with_the_apiservers_reason(api: client.ApiClient) -> None:
-    namespaces.create(api, "kube-bad")
+    _namespace(api, "kube-bad")
     bad = _pod("Not_A_Name")
     with pytest.raises(errors.Invalid, match=r"HTTP 422 .*Not_A_Name") as got:
         pods.create(api, "kube-bad", bad)
@@ -73,7 +81,7 @@ def test_a_refused_object_is_invalid_with_the_apiservers_reason(api: client.ApiC
 
 
 def test_an_event_is_recorded_and_described(api: client.ApiClient) -> None:
-    namespaces.create(api, "kube-events")
+    _namespace(api, "kube-events")
     pod = pods.read_json(api, "kube-events", pods.create(
         api, "kube-events", _pod("p")).metadata.name)
     events.record(api, pod, "Checked", "looked at it", warning=True, component="tests")
@@ -83,3 +91,11 @@ def test_an_event_is_recorded_and_described(api: client.ApiClient) -> None:
     assert events.find(listed, "Checked", involved="other") is None
     assert "Warning Checked Pod/p (x1): looked at it" in events.describe(api, "kube-events")
     assert events.describe(api, "kube-empty") == "(no events in namespace kube-empty)"
+
+
+def test_a_refusal_by_admission_is_forbidden_with_its_reason(api: client.ApiClient) -> None:
+    namespaces.create(api, "kube-no-sa")  # no controllers: no service account in it
+    with pytest.raises(errors.Forbidden, match=r"^cannot create pod kube-no-sa/p: HTTP 403 "
+                                               r"Forbidden: .*serviceaccount \"default\" "
+                                               r"not found$"):
+        pods.create(api, "kube-no-sa", _pod("p"))
