@@ -59,9 +59,11 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
 
+# lint-imports: the import contract (pyproject.toml [tool.importlinter], docs/architecture.md).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 $(STAMP): $(SOURCES)
 	@echo ">>> creating $(VENV) and installing fakegpu (editable) with test tools"

@@ -18,14 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
+from fakegpu.kube.transient import TRANSIENT, is_transient_api_error
 
-from .k8s import (
-    _TRANSIENT,
-    POLL_S,
-    create_pod,
-    is_transient_api_error,
-    wait_pod_running,
-)
+from .k8s import POLL_S, create_pod, wait_pod_running
 from .wait import NotYet, wait_for
 
 
@@ -112,7 +107,7 @@ class ResourceApi:
             return claim
 
         return wait_for(allocated, what=f"claim {namespace}/{name} to be allocated",
-                        timeout=timeout, interval=POLL_S, transient=_TRANSIENT,
+                        timeout=timeout, interval=POLL_S, transient=TRANSIENT,
                         is_transient=is_transient_api_error)
 
     # --- builders at this API version ----------------------------------------------------------

@@ -8,20 +8,25 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
 
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
+
+# Re-exported (``X as X``): the suites' names for generic API access that lives in fakegpu.kube.
+from fakegpu.kube.execstream import ExecFailed as ExecFailed
+from fakegpu.kube.execstream import ExecResult as ExecResult
+from fakegpu.kube.execstream import exec_in_pod as exec_in_pod
+from fakegpu.kube.manifests import load_manifests as load_manifests
 from fakegpu.kube.resource import GROUP, newest_served
+from fakegpu.kube.transient import TRANSIENT as _TRANSIENT
+from fakegpu.kube.transient import is_transient_api_error as is_transient_api_error
 
 from .wait import NotYet, wait_for
 
@@ -31,10 +36,6 @@ FIELD_MANAGER = "fakegpu-testkit"
 POLL_S = 0.5
 
 
-class ExecFailed(FakegpuError):
-    """A command run in a pod exited non-zero (message carries its output)."""
-
-
 class PodFailed(FakegpuError):
     """A pod reached a terminal phase while we waited for it to run."""
 
@@ -42,16 +43,6 @@ class PodFailed(FakegpuError):
 def new_api_client(kubeconfig: Path) -> Any:
     """An ApiClient for the cluster of ``kubeconfig`` (its current context)."""
     return kubeapi.connect(kubeconfig)
-
-
-def is_transient_api_error(err: BaseException) -> bool:
-    """Errors worth retrying inside a wait: throttling, server-side trouble, connection resets."""
-    if isinstance(err, ApiException):
-        return err.status in (0, 429, 500, 502, 503, 504)
-    return isinstance(err, (ConnectionError, TimeoutError))
-
-
-_TRANSIENT: tuple[type[BaseException], ...] = (ApiException, ConnectionError, TimeoutError)
 
 
 # --- namespaces ---------------------------------------------------------------------------------
@@ -312,48 +303,6 @@ def pod_log(core: kclient.CoreV1Api, namespace: str, name: str,
     return str(core.read_namespaced_pod_log(name, namespace, **kwargs))
 
 
-@dataclass(frozen=True)
-class ExecResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def exec_in_pod(
-    core: kclient.CoreV1Api,
-    namespace: str,
-    name: str,
-    command: Sequence[str],
-    *,
-    container: str | None = None,
-    timeout: float = 60.0,
-    check: bool = True,
-) -> ExecResult:
-    """Run ``command`` in the pod through the apiserver's exec stream (as kubectl exec does)."""
-    kwargs: dict[str, Any] = {"container": container} if container else {}
-    resp = stream(core.connect_get_namespaced_pod_exec, name, namespace, command=list(command),
-                  stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False,
-                  **kwargs)
-    try:
-        # run_forever buffers every frame per channel until the command ends (or the timeout),
-        # so large outputs are read whole afterwards.
-        resp.run_forever(timeout=timeout)
-        finished = not resp.is_open()
-        stdout = str(resp.read_stdout(timeout=0))
-        stderr = str(resp.read_stderr(timeout=0))
-        code = resp.returncode if finished else None
-    finally:
-        resp.close()
-    if code is None:
-        raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} did not finish "
-                         f"within {timeout:.0f}s; output so far: {stdout.strip()[-500:]}")
-    result = ExecResult(int(code), stdout, stderr)
-    if check and result.returncode != 0:
-        raise ExecFailed(f"`{' '.join(command)}` in pod {namespace}/{name} exited "
-                         f"{result.returncode}: {result.stderr.strip() or result.stdout.strip()}")
-    return result
-
-
 ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
 # A pod command: print the environment once, then idle; the marker tells the log reader (and
 # logged_env) that `env` has finished.
@@ -392,24 +341,6 @@ def parse_env(text: str) -> dict[str, str]:
 
 
 # --- manifests ----------------------------------------------------------------------------------
-
-
-def load_manifests(source: str | Path | Mapping[str, Any] | Iterable[Mapping[str, Any]]
-                   ) -> list[dict[str, Any]]:
-    """Objects from YAML text, a YAML file, one dict or several dicts (empty documents dropped)."""
-    if isinstance(source, Path):
-        docs: Iterable[Any] = list(yaml.safe_load_all(source.read_text()))
-    elif isinstance(source, str):
-        docs = list(yaml.safe_load_all(source))
-    elif isinstance(source, Mapping):
-        docs = [source]
-    else:
-        docs = list(source)
-    objs = [dict(d) for d in docs if d]
-    for obj in objs:
-        if "apiVersion" not in obj or "kind" not in obj or "name" not in obj.get("metadata", {}):
-            raise FakegpuError(f"manifest lacks apiVersion, kind or metadata.name: {obj!r:.200}")
-    return objs
 
 
 def apply_manifests(
