@@ -39,10 +39,12 @@ test-nvidia: $(STAMP)
 		--cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
 
 # The upgrade suite is left out of the kind pass: at the load this 2-core VM sustains on kind
-# it takes about 25 min (test-upgrade-kind runs it; docs/upgrades.md).
+# it takes about 25 min (test-upgrade-kind runs it; docs/upgrades.md). The conformance suite
+# runs here too (e2e/ leaves to it what it checks), its report beside the embedded pass's.
 test-kind: $(STAMP)
-	$(VENV)/bin/python -m pytest e2e tests/kind -m e2e --fakegpu-provider kind \
-		--deselect e2e/test_upgrade.py $(ONLY_IN_TEST_NVIDIA) --junitxml=reports/junit-kind.xml
+	$(VENV)/bin/python -m pytest e2e tests/kind fakegpu/conformance -m e2e --fakegpu-provider kind \
+		--deselect e2e/test_upgrade.py $(ONLY_IN_TEST_NVIDIA) --junitxml=reports/junit-kind.xml \
+		--conformance-report reports/conformance/kind
 
 UPGRADE_LOAD_RATE ?= 0.25
 test-upgrade-kind: $(STAMP)
@@ -59,9 +61,11 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
 
+# lint-imports: the import contract (pyproject.toml [tool.importlinter], docs/architecture.md).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 $(STAMP): $(SOURCES)
 	@echo ">>> creating $(VENV) and installing fakegpu (editable) with test tools"

@@ -35,6 +35,7 @@ from fakegpu.testkit.computedomain import (
     wait_nothing_left,
 )
 from fakegpu.testkit.dra import PodClaim, ResourceApi, pod_manifest
+from fakegpu.testkit.dra import publishing_nodes as publishing_nodes_of
 from fakegpu.testkit.wait import NotYet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/gb200-mini.yaml")]
@@ -49,11 +50,9 @@ def names(fakegpu_cluster: ClusterInfo) -> Names:
 
 
 @pytest.fixture(scope="module")
-def gpu_nodes(fakegpu_cluster: ClusterInfo, resource_api: ResourceApi) -> list[str]:
+def publishing_nodes(fakegpu_cluster: ClusterInfo, resource_api: ResourceApi) -> list[str]:
     """Nodes whose GPU plugin published devices, in name order."""
-    pools = {s["spec"]["pool"]["name"]
-             for s in resource_api.slices(fakegpu_cluster.driver_name)}
-    found = sorted(pools)
+    found = publishing_nodes_of(resource_api, fakegpu_cluster.driver_name)
     if len(found) < 4:
         pytest.skip(f"needs 4 GPU nodes (gb200-mini), the cluster has {found}")
     return found
@@ -83,12 +82,12 @@ def channel_pod(name: str, image: str, node: str) -> dict[str, Any]:
 
 def test_a_four_node_domain_gets_ready_and_its_pods_see_the_channel_then_leave_nothing(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
-    resource_api: ResourceApi, namespace: str, names: Names, gpu_nodes: list[str],
+    resource_api: ResourceApi, namespace: str, names: Names, publishing_nodes: list[str],
     domains: Callable[[str, str, int], dict[str, Any]],
 ) -> None:
     cd = domains(namespace, "four", 4)
     uid = cd["metadata"]["uid"]
-    nodes = gpu_nodes[:4]
+    nodes = publishing_nodes[:4]
     for i, node in enumerate(nodes):
         k8s.create_pod(core_v1, namespace, channel_pod(f"w{i}", fakegpu_cluster.workload_image,
                                                        node))
@@ -122,13 +121,13 @@ def test_a_four_node_domain_gets_ready_and_its_pods_see_the_channel_then_leave_n
 
 def test_a_degraded_fabric_and_a_killed_imex_daemon_show_in_the_domain_status(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
-    namespace: str, names: Names, gpu_nodes: list[str],
+    namespace: str, names: Names, publishing_nodes: list[str],
     domains: Callable[[str, str, int], dict[str, Any]],
     fault_guard: list[tuple[str, int]],
 ) -> None:
     cd = domains(namespace, "pair", 2)
     uid = cd["metadata"]["uid"]
-    a, b = gpu_nodes[0], gpu_nodes[1]
+    a, b = publishing_nodes[0], publishing_nodes[1]
     for i, node in enumerate((a, b)):
         k8s.create_pod(core_v1, namespace, channel_pod(f"w{i}", fakegpu_cluster.workload_image,
                                                        node))
@@ -192,11 +191,11 @@ def _event_about(core: kclient.CoreV1Api, namespace: str, involved: str, reason:
 
 def test_a_node_whose_fabric_is_degraded_cannot_join(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
-    namespace: str, names: Names, gpu_nodes: list[str],
+    namespace: str, names: Names, publishing_nodes: list[str],
     domains: Callable[[str, str, int], dict[str, Any]],
     fault_guard: list[tuple[str, int]],
 ) -> None:
-    node = gpu_nodes[3]
+    node = publishing_nodes[3]
     faults.inject(fakegpu_cluster, node, 2, "fabric-degraded")
     fault_guard.append((node, 2))
     domains(namespace, "refused", 1)

@@ -25,7 +25,6 @@ from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.bandwidth import allocated_uuids, expected, run, start_workers
 from fakegpu.testkit.dra import ResourceApi
 from fakegpu.testkit.wait import NotYet, wait_for
-from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/gb200-mini.yaml")]
@@ -34,33 +33,27 @@ CHANNEL_TEMPLATE = "bw-imex-channel"
 TIMEOUT = 180.0
 
 
-@pytest.fixture(scope="module")
-def topology(fakegpu_cluster: ClusterInfo) -> Topology:
-    # The suite's input (its topology mark): the expected figures are derived from it.
-    return load_topology(fakegpu_cluster.topology)
-
-
 def test_without_a_domain_nvlink_stays_inside_each_node_and_a_degraded_gpu_shows(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
-    namespace: str, topology: Topology, fault_guard: list[tuple[str, int]],
+    namespace: str, fakegpu_topology: Topology, fault_guard: list[tuple[str, int]],
 ) -> None:
-    pods = start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology,
+    pods = start_workers(fakegpu_cluster, core_v1, resource_api, namespace, fakegpu_topology,
                          timeout=TIMEOUT)
-    doc = run(core_v1, namespace, pods, topology)
+    doc = run(core_v1, namespace, pods, fakegpu_topology)
     assert doc["simulation"] is True
     assert [g["uuid"] for g in doc["gpus"]] == allocated_uuids(
         fakegpu_cluster, resource_api, namespace, pods)
-    values, paths = expected(topology)
+    values, paths = expected(fakegpu_topology)
     assert doc["paths"] == paths
     assert doc["bandwidth"] == values
     assert {p for row in doc["paths"] for p in row} == {"self", "nvlink-local", "network"}
 
     # Degrade one GPU's fabric; the same pods rerun the job and see it.
-    node, gpu = topology.nodes[1].name, 2
+    node, gpu = fakegpu_topology.nodes[1].name, 2
     fault_guard.append((node, gpu))
     faults.inject(fakegpu_cluster, node, gpu, "fabric-degraded")
-    again = run(core_v1, namespace, pods, topology)
-    values, paths = expected(topology, degraded=[(node, gpu)])
+    again = run(core_v1, namespace, pods, fakegpu_topology)
+    values, paths = expected(fakegpu_topology, degraded=[(node, gpu)])
     assert again["bandwidth"] == values and again["paths"] == paths
     sick = 4 * 1 + gpu
     assert again["gpus"][sick]["fabric_degraded"] is True
@@ -92,16 +85,16 @@ def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
 
 def test_with_a_domain_every_pair_gets_nvlink_and_a_degraded_gpu_or_a_killed_imex_daemon_shows(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
-    resource_api: ResourceApi, namespace: str, topology: Topology,
+    resource_api: ResourceApi, namespace: str, fakegpu_topology: Topology,
     compute_domain: dict[str, Any], fault_guard: list[tuple[str, int]],
 ) -> None:
-    pods = start_workers(fakegpu_cluster, core_v1, resource_api, namespace, topology,
+    pods = start_workers(fakegpu_cluster, core_v1, resource_api, namespace, fakegpu_topology,
                          channel_template=CHANNEL_TEMPLATE, timeout=TIMEOUT)
-    doc = run(core_v1, namespace, pods, topology)
+    doc = run(core_v1, namespace, pods, fakegpu_topology)
     uid = compute_domain["metadata"]["uid"]
     assert {g["compute_domain"] for g in doc["gpus"]} == {uid}
     assert all(g["imex_channel"] for g in doc["gpus"])
-    full = values, paths = expected(topology, compute_domain=uid)
+    full = values, paths = expected(fakegpu_topology, compute_domain=uid)
     assert doc["paths"] == paths
     assert doc["bandwidth"] == values
     n = len(doc["gpus"])
@@ -119,13 +112,13 @@ def test_with_a_domain_every_pair_gets_nvlink_and_a_degraded_gpu_or_a_killed_ime
 
     # A GPU whose fabric degrades: the domain's status says so, and a rerun in the same pods
     # gives that GPU half its NVLink, across nodes too (its channel still works).
-    node, gpu = topology.nodes[1].name, 2
+    node, gpu = fakegpu_topology.nodes[1].name, 2
     fault_guard.append((node, gpu))
     faults.inject(fakegpu_cluster, node, gpu, "fabric-degraded")
     cdkit.wait_domain(k8s_client, names, namespace, "bandwidth", _not_ready(node),
                       f"NotReady for {node}", timeout=TIMEOUT)
-    again = run(core_v1, namespace, pods, topology)
-    values, paths = expected(topology, compute_domain=uid, degraded=[(node, gpu)])
+    again = run(core_v1, namespace, pods, fakegpu_topology)
+    values, paths = expected(fakegpu_topology, compute_domain=uid, degraded=[(node, gpu)])
     assert again["bandwidth"] == values and again["paths"] == paths
     sick = 4 * 1 + gpu
     assert again["gpus"][sick]["fabric_degraded"] is True
@@ -136,13 +129,13 @@ def test_with_a_domain_every_pair_gets_nvlink_and_a_degraded_gpu_or_a_killed_ime
     # The IMEX daemon of one node killed: while it is down, a rerun gives that node's GPUs
     # the network to every other node (their channel needs the daemon), NVLink inside it.
     # The daemon pod restarts it after 5 s, so kill and rerun until a run falls in an outage.
-    silent = topology.nodes[2].name
+    silent = fakegpu_topology.nodes[2].name
     daemon = _imex_daemon_pod(core_v1, names, uid, silent)
 
     def rerun_while_killed() -> dict[str, Any]:
         k8s.exec_in_pod(core_v1, DRIVER_NAMESPACE, daemon.metadata.name,
                         ["killall", "httpd"], check=False)  # already down: nothing to kill
-        out = run(core_v1, namespace, pods, topology)
+        out = run(core_v1, namespace, pods, fakegpu_topology)
         seen = {g["imex_daemon"] for g in out["gpus"] if g["node"] == silent}
         if seen != {False}:
             raise NotYet(f"the rerun found {silent}'s IMEX daemon answering ({seen})")
@@ -150,7 +143,7 @@ def test_with_a_domain_every_pair_gets_nvlink_and_a_degraded_gpu_or_a_killed_ime
 
     again = wait_for(rerun_while_killed, what=f"a rerun while {silent}'s IMEX daemon is down",
                      timeout=TIMEOUT, is_transient=k8s.is_transient_api_error)
-    values, paths = expected(topology, compute_domain=uid, imex_down=[silent])
+    values, paths = expected(fakegpu_topology, compute_domain=uid, imex_down=[silent])
     assert again["bandwidth"] == values and again["paths"] == paths
     assert {g["imex_daemon"] for g in again["gpus"] if g["node"] != silent} == {True}
     down = [i for i, g in enumerate(again["gpus"]) if g["node"] == silent]
@@ -160,7 +153,7 @@ def test_with_a_domain_every_pair_gets_nvlink_and_a_degraded_gpu_or_a_killed_ime
     def rerun_when_ready() -> dict[str, Any]:
         cdkit.wait_domain(k8s_client, names, namespace, "bandwidth", cdkit.ready(4),
                           "Ready again", timeout=TIMEOUT)
-        out = run(core_v1, namespace, pods, topology)
+        out = run(core_v1, namespace, pods, fakegpu_topology)
         if any(g["imex_daemon"] is False for g in out["gpus"]):
             raise NotYet(f"{silent}'s IMEX daemon still silent to the rerun")
         return out

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -29,10 +28,12 @@ from fakegpu.testkit.dra import (
     ResourceApi,
     allocation_results,
     cel_string,
+    config_api_version,
     match_attribute,
     pod_claim_name,
     pod_manifest,
 )
+from fakegpu.testkit.gpus import visible_gpus
 from fakegpu.testkit.wait import NotYet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/partitioning.yaml")]
@@ -84,11 +85,6 @@ def allocated(api: ResourceApi, namespace: str, pod: Any, pod_claim: str, driver
     return out
 
 
-def visible(env: Mapping[str, str]) -> list[str]:
-    assert "NVIDIA_VISIBLE_DEVICES" in env, f"no NVIDIA_VISIBLE_DEVICES in the pod's env: {env}"
-    return [u for u in env["NVIDIA_VISIBLE_DEVICES"].split(",") if u]
-
-
 def profile_is(driver: str, profile: str) -> str:
     return f"device.attributes[{cel_string(driver)}].profile == {cel_string(profile)}"
 
@@ -133,8 +129,8 @@ def test_a_mig_profile_selector_gives_the_pod_that_mig_device(
     # NVIDIA's device name: gpu-<minor>-mig-<profile>-<GI profile id>-<placement start>.
     assert device["name"].split("-mig-")[1].startswith("2g10gb-14-"), device["name"]
     env = k8s.logged_env(core_v1, namespace, "mig-pod")
-    assert visible(env) == [device[f"{driver}/uuid"]]
-    assert visible(env)[0].startswith("MIG-")
+    assert visible_gpus(env) == [device[f"{driver}/uuid"]]
+    assert visible_gpus(env)[0].startswith("MIG-")
 
 
 def test_the_quickstart_demos_four_mig_devices_of_one_gpu_in_one_pod(
@@ -157,7 +153,7 @@ def test_the_quickstart_demos_four_mig_devices_of_one_gpu_in_one_pod(
     parents = {d[f"{driver}/parentUUID"] for _, d in got}
     assert len(parents) == 1, f"four MIG devices from {len(parents)} GPUs: {got}"
     env = k8s.logged_env(core_v1, namespace, "demo-pod")
-    assert sorted(visible(env)) == sorted(d[f"{driver}/uuid"] for _, d in got)
+    assert sorted(visible_gpus(env)) == sorted(d[f"{driver}/uuid"] for _, d in got)
 
 
 def test_parent_constraint_keeps_each_claim_on_one_gpu(
@@ -182,7 +178,7 @@ def test_parent_constraint_keeps_each_claim_on_one_gpu(
         mine = {d[f"{driver}/parentUUID"] for _, d in got}
         assert len(mine) == 1, f"pod {name} got MIG devices of {len(mine)} GPUs: {got}"
         parents.append(mine.pop())
-        assert sorted(visible(k8s.logged_env(core_v1, namespace, name))) == sorted(
+        assert sorted(visible_gpus(k8s.logged_env(core_v1, namespace, name))) == sorted(
             d[f"{driver}/uuid"] for _, d in got)
     assert parents[0] != parents[1], "two pods were given MIG devices of the same GPU"
 
@@ -221,7 +217,7 @@ def test_a_gpu_in_mig_mode_is_not_offered_whole(
     pod = run_pod(core_v1, namespace, fakegpu_cluster.workload_image, "modest",
                   PodClaim("gpu", template="one"))
     [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
-    assert visible(k8s.logged_env(core_v1, namespace, "modest")) == [device[f"{driver}/uuid"]]
+    assert visible_gpus(k8s.logged_env(core_v1, namespace, "modest")) == [device[f"{driver}/uuid"]]
 
 
 # --- dynamic MIG ----------------------------------------------------------------------------------
@@ -279,7 +275,7 @@ def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
         assert device[f"{driver}/profile"] == profile
         assert f"{driver}/uuid" not in device  # a placement: it exists only once claimed
         parents.add(device[f"{driver}/parentUUID"])
-        [uuid] = visible(k8s.logged_env(core_v1, namespace, name))
+        [uuid] = visible_gpus(k8s.logged_env(core_v1, namespace, name))
         assert uuid.startswith("MIG-")
         assert status_uuids(resource_api, namespace, pod, "mig") == [uuid]
         seen[name] = uuid
@@ -337,7 +333,7 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
         pod: Any = k8s.read_pod(core_v1, namespace, name)
         [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
         assert device["name"].startswith("gpu-0-mig-1g10gb-19-"), device["name"]
-        [uuids[name]] = visible(k8s.logged_env(core_v1, namespace, name))
+        [uuids[name]] = visible_gpus(k8s.logged_env(core_v1, namespace, name))
     assert len(set(uuids.values())) == 7 and all(u.startswith("MIG-") for u in uuids.values())
 
     core_v1.delete_namespaced_pod(running[0], namespace, grace_period_seconds=0)
@@ -345,7 +341,7 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
     pod = k8s.wait_pod_running(core_v1, namespace, waiting, timeout=300)
     [(_, device)] = allocated(resource_api, namespace, pod, "mig", driver)
     assert device[f"{driver}/profile"] == "1g.10gb"
-    [uuid] = visible(k8s.logged_env(core_v1, namespace, waiting))
+    [uuid] = visible_gpus(k8s.logged_env(core_v1, namespace, waiting))
     # A MIG device of its own: none of the six still running has it.
     assert uuid.startswith("MIG-") and uuid not in [uuids[n] for n in running[1:]]
 
@@ -376,23 +372,18 @@ def test_a_whole_gpu_claim_waits_until_the_partitions_are_gone(
     pod = k8s.wait_pod_running(core_v1, namespace, "whole", timeout=300)
     [(_, device)] = allocated(resource_api, namespace, pod, "gpu", driver)
     assert device["name"] == "gpu-0" and pod.spec.node_name == DYNAMIC_NODE
-    assert visible(k8s.logged_env(core_v1, namespace, "whole")) == [device[f"{driver}/uuid"]]
+    assert visible_gpus(k8s.logged_env(core_v1, namespace, "whole")) == [device[f"{driver}/uuid"]]
 
 # --- sharing configs ------------------------------------------------------------------------------
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
 
-def config_group(driver: str) -> str:
-    """The sharing configs' apiVersion: NVIDIA's with NVIDIA's driver name, else fakegpu's."""
-    return drivers.config_api_version(driver)
-
-
 def opaque_config(driver: str, kind: str, sharing: dict[str, Any],
                   requests: Sequence[str] = ()) -> dict[str, Any]:
     return {**({"requests": list(requests)} if requests else {}),
             "opaque": {"driver": driver, "parameters": {
-                "apiVersion": config_group(driver), "kind": kind, "sharing": sharing}}}
+                "apiVersion": config_api_version(driver), "kind": kind, "sharing": sharing}}}
 
 
 def device_env(env: Mapping[str, str], device: str, key: str) -> str | None:
@@ -418,7 +409,7 @@ def test_two_pods_time_slice_one_gpu_and_see_the_claims_interval(
     [(_, device)] = allocated(resource_api, namespace, pods[0], "gpu", driver)
     for pod in pods:
         env = k8s.logged_env(core_v1, namespace, pod.metadata.name)
-        assert visible(env) == [device[f"{driver}/uuid"]]
+        assert visible_gpus(env) == [device[f"{driver}/uuid"]]
         assert device_env(env, device["name"], "SHARING_STRATEGY") == "TimeSlicing"
         assert device_env(env, device["name"], "TIMESLICE_INTERVAL") == "Long"
 
@@ -552,7 +543,7 @@ def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
         assert result["shareID"], result
         assert result.get("consumedCapacity", {}).get("memory") == "15Gi", result
         env = k8s.logged_env(core_v1, namespace, f"pod-{name}")
-        assert visible(env) == [uuid]
+        assert visible_gpus(env) == [uuid]
         assert device_env(env, result["device"], "SHARE_ID") == result["shareID"]
         statuses = (claim.get("status") or {}).get("devices") or []
         assert [d.get("shareID") for d in statuses] == [result["shareID"]]
@@ -566,4 +557,4 @@ def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
     resource_api.delete("resourceclaims", "a", namespace)
     pod = k8s.wait_pod_running(core_v1, namespace, "pod-c", timeout=300)
     assert pod.spec.node_name == SHARED_NODE
-    assert visible(k8s.logged_env(core_v1, namespace, "pod-c")) == [uuid]
+    assert visible_gpus(k8s.logged_env(core_v1, namespace, "pod-c")) == [uuid]

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -20,6 +19,7 @@ from fakegpu.testkit.dra import (
     ResourceApi,
     allocation_results,
     cel_match,
+    config_api_version,
     pod_manifest,
     subrequest,
 )
@@ -41,11 +41,6 @@ def whole_gpus(topology: Topology, architecture: str) -> dict[str, int]:
     return out
 
 
-def config_group(driver: str) -> str:
-    """The opaque config's apiVersion the plugin reads (NVIDIA's with NVIDIA's driver name)."""
-    return drivers.config_api_version(driver)
-
-
 def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
     fakegpu_cluster: ClusterInfo,
     fakegpu_topology: Topology,
@@ -62,7 +57,7 @@ def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
     ampere = cel_match(driver, "architecture", "Ampere")
     choice = resource_api.first_available("gpu", [
         subrequest("h100", driver, cel=[hopper]), subrequest("a100", driver, cel=[ampere])])
-    interval = {"apiVersion": config_group(driver), "kind": "GpuConfig",
+    interval = {"apiVersion": config_api_version(driver), "kind": "GpuConfig",
                 "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}
 
     def claim(name: str) -> dict[str, Any]:

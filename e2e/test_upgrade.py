@@ -58,17 +58,18 @@ SAMPLE_SLACK_S = 5.0
 
 
 @pytest.fixture(scope="module")
-def gpu_nodes(fakegpu_cluster: ClusterInfo, fakegpu_topology: Any) -> list[str]:
+def nodes_with_gpus(fakegpu_topology: Any) -> list[str]:
+    """The topology's nodes that have GPUs (what the load runs on), in its order."""
     return [n.name for n in fakegpu_topology.nodes if n.gpus]
 
 
 @pytest.fixture
 def load_factory(k8s_client: Any, namespace: str, fakegpu_cluster: ClusterInfo,
-                 gpu_nodes: list[str]) -> Iterator[Any]:
+                 nodes_with_gpus: list[str]) -> Iterator[Any]:
     made: list[PodLoad] = []
 
     def make() -> PodLoad:
-        load = PodLoad(k8s_client, namespace, gpu_nodes, fakegpu_cluster.workload_image,
+        load = PodLoad(k8s_client, namespace, nodes_with_gpus, fakegpu_cluster.workload_image,
                        fakegpu_cluster.driver_name, rate_per_node=RATE,
                        driver=fakegpu_cluster.driver_name)
         made.append(load)
@@ -242,31 +243,31 @@ def run_under_load(load: PodLoad, sampler: Sampler, nodes: Sequence[str], cluste
 
 def test_rolling_upgrade_under_load_fails_no_pod(
         request: pytest.FixtureRequest, fakegpu_cluster: ClusterInfo, core_v1: Any,
-        resource_api: ResourceApi, namespace: str, gpu_nodes: list[str],
+        resource_api: ResourceApi, namespace: str, nodes_with_gpus: list[str],
         load_factory: Any) -> None:
     # From whatever runs (a fresh cluster: the package's version) to 2.0.0; a reused cluster
     # that runs 2.0.0 already goes to 2.0.1, so there is always an upgrade to watch.
     serving = {i.get("version", "") for v in plugin_instances(fakegpu_cluster).values()
                for i in v}
     target = "2.0.1" if any(v.endswith("2.0.0") for v in serving) else "2.0.0"
-    steady = long_running_pods(core_v1, namespace, fakegpu_cluster, resource_api, gpu_nodes)
+    steady = long_running_pods(core_v1, namespace, fakegpu_cluster, resource_api, nodes_with_gpus)
     baseline = baseline_devices(resource_api, fakegpu_cluster)
     load = load_factory()
     sampler = Sampler(fakegpu_cluster, resource_api)
     report, samples, marks, ended, error = run_under_load(
-        load, sampler, gpu_nodes, fakegpu_cluster, version=target)
+        load, sampler, nodes_with_gpus, fakegpu_cluster, version=target)
     js, png = write_timeline(reports_dir(request) / f"upgrade-timeline-{fakegpu_cluster.provider}",
                              f"rolling upgrade to {target} under load "
-                             f"({fakegpu_cluster.provider}, {len(gpu_nodes)} nodes, "
+                             f"({fakegpu_cluster.provider}, {len(nodes_with_gpus)} nodes, "
                              f"{RATE:g} pod/s/node)", report, samples, marks,
                              load_offset=sampler.at(load._t0))
     assert error is None, f"the upgrade failed: {error}"
     assert_no_pod_failed(report)
-    assert_rate(report, load, gpu_nodes)
+    assert_rate(report, load, nodes_with_gpus)
     assert_slices_never_shrank(samples, baseline)
     assert_still_running(core_v1, namespace, steady)
     # Both instances were alive on every node at some moment (the surge overlap) ...
-    peak = {n: max(s.instances.get(n, 0) for s in samples) for n in gpu_nodes}
+    peak = {n: max(s.instances.get(n, 0) for s in samples) for n in nodes_with_gpus}
     assert all(v == 2 for v in peak.values()), f"plugin instances at most, per node: {peak}"
     # ... and claims of pods created after the upgrade were prepared by the new version only.
     after = versions_by_node(report, ended)
@@ -281,13 +282,13 @@ def test_rolling_upgrade_under_load_fails_no_pod(
 
 def test_a_broken_release_stalls_and_rolling_back_restores(
         fakegpu_cluster: ClusterInfo, core_v1: Any, resource_api: ResourceApi, namespace: str,
-        gpu_nodes: list[str], load_factory: Any) -> None:
+        nodes_with_gpus: list[str], load_factory: Any) -> None:
     upgrade_plugin(fakegpu_cluster, version="2.0.0")
     baseline = baseline_devices(resource_api, fakegpu_cluster)
     load = load_factory()
     sampler = Sampler(fakegpu_cluster, resource_api)
     report, samples, _marks, _ended, error = run_under_load(
-        load, sampler, gpu_nodes, fakegpu_cluster, version="3.0.0", broken=True, timeout=20)
+        load, sampler, nodes_with_gpus, fakegpu_cluster, version="3.0.0", broken=True, timeout=20)
     assert isinstance(error, UpgradeStalled), f"a broken release did not stall: {error}"
     assert "did not become ready" in str(error)
     # Stalled on the first node: the broken instance is still there beside the serving one.
@@ -300,7 +301,7 @@ def test_a_broken_release_stalls_and_rolling_back_restores(
     # load whose status was seen (a pod of "true" may come and go between two polls) was
     # prepared by 2.0.0: the broken release prepared nothing.
     seen = versions_by_node(report, 0.0)
-    assert set(seen) == set(gpu_nodes) and all(v == {"2.0.0"} for v in seen.values()), \
+    assert set(seen) == set(nodes_with_gpus) and all(v == {"2.0.0"} for v in seen.values()), \
         f"versions that prepared the load's claims, per node: {seen}"
     # Rolling back: the pending instance goes, every node has one instance of 2.0.0 again.
     upgrade_plugin(fakegpu_cluster, version="2.0.0")
@@ -316,16 +317,16 @@ def test_a_broken_release_stalls_and_rolling_back_restores(
 
 def test_sequential_upgrade_pods_wait_for_the_new_plugin(
         fakegpu_cluster: ClusterInfo, core_v1: Any, resource_api: ResourceApi, namespace: str,
-        gpu_nodes: list[str], load_factory: Any) -> None:
+        nodes_with_gpus: list[str], load_factory: Any) -> None:
     upgrade_plugin(fakegpu_cluster, version="2.0.0")
     baseline = baseline_devices(resource_api, fakegpu_cluster)
     load = load_factory()
     sampler = Sampler(fakegpu_cluster, resource_api)
     report, samples, _marks, ended, error = run_under_load(
-        load, sampler, gpu_nodes, fakegpu_cluster, version="2.1.0", strategy="sequential")
+        load, sampler, nodes_with_gpus, fakegpu_cluster, version="2.1.0", strategy="sequential")
     assert error is None, f"the upgrade failed: {error}"
     # Each node was without a serving plugin for a moment (what makes it sequential) ...
-    low = {n: min(s.serving.get(n, 0) for s in samples) for n in gpu_nodes}
+    low = {n: min(s.serving.get(n, 0) for s in samples) for n in nodes_with_gpus}
     assert all(v == 0 for v in low.values()), f"serving plugins at least, per node: {low}"
     # ... its slices outlived the gap or, where the gap was longer than the kubelet's wiping
     # delay (a slow host), at least that delay; the pods created meanwhile started once the
@@ -339,12 +340,12 @@ def test_sequential_upgrade_pods_wait_for_the_new_plugin(
 
 def test_kill_9_of_the_old_instance_mid_prepare_the_new_one_prepares(
         fakegpu_cluster: ClusterInfo, core_v1: Any, resource_api: ResourceApi, namespace: str,
-        gpu_nodes: list[str]) -> None:
+        nodes_with_gpus: list[str]) -> None:
     if fakegpu_cluster.provider == "kind":
         pytest.skip("kind rolls the plugin DaemonSet on every node and Kubernetes stops its "
                     "pods: a one-node rollout with a kill -9 of the old instance needs the "
                     "embedded provider")
-    node = gpu_nodes[0]
+    node = nodes_with_gpus[0]
     # The old instance takes 30 s for every prepare: whatever it is asked, it is asked it
     # when the upgrade below kills it.
     upgrade_plugin(fakegpu_cluster, version="2.2.0", prepare_delay_s=30, nodes=(node,))
@@ -392,9 +393,9 @@ def test_kill_9_of_the_old_instance_mid_prepare_the_new_one_prepares(
 
 def test_downgrade_keeps_claims_the_newer_version_prepared(
         fakegpu_cluster: ClusterInfo, core_v1: Any, resource_api: ResourceApi, namespace: str,
-        gpu_nodes: list[str]) -> None:
+        nodes_with_gpus: list[str]) -> None:
     upgrade_plugin(fakegpu_cluster, version="2.4.0")
-    steady = long_running_pods(core_v1, namespace, fakegpu_cluster, resource_api, gpu_nodes)
+    steady = long_running_pods(core_v1, namespace, fakegpu_cluster, resource_api, nodes_with_gpus)
     assert {claim_version(resource_api, core_v1, namespace, p, fakegpu_cluster.driver_name)
             for p in steady} == {"2.4.0"}
     baseline = baseline_devices(resource_api, fakegpu_cluster)
@@ -423,12 +424,12 @@ def test_downgrade_keeps_claims_the_newer_version_prepared(
 
 
 def test_the_nodes_gpu_state_outlives_the_upgrade(
-        fakegpu_cluster: ClusterInfo, resource_api: ResourceApi, gpu_nodes: list[str],
+        fakegpu_cluster: ClusterInfo, resource_api: ResourceApi, nodes_with_gpus: list[str],
         fault_guard: list[tuple[str, int]]) -> None:
     """Faults (and MIG instances) are the node's, not the plugin's: an upgraded plugin still
     sees them (on kind: the NVML state is a hostPath of the node, not the pod's)."""
     upgrade_plugin(fakegpu_cluster, version="2.5.0")
-    node, gpu = gpu_nodes[-1], 1
+    node, gpu = nodes_with_gpus[-1], 1
     fault_guard.append((node, gpu))
     faults.inject(fakegpu_cluster, node, gpu, "fabric-degraded")
 

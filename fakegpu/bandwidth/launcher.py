@@ -16,7 +16,8 @@ from typing import Any
 from kubernetes import client as kclient
 
 from fakegpu.errors import FakegpuError
-from fakegpu.testkit import k8s
+from fakegpu.kube import pods as kpods
+from fakegpu.wait import NotYet
 
 from .program import IN_IMAGE
 from .results import merge
@@ -50,7 +51,6 @@ def with_image(objects: list[dict[str, Any]], image: str) -> list[dict[str, Any]
 def wait_workers(core: kclient.CoreV1Api, namespace: str, count: int,
                  selector: str = LABEL, timeout: float = 180.0) -> list[Any]:
     """``worker_pods`` once ``count`` of them run."""
-    from fakegpu.testkit.wait import NotYet, wait_for
 
     def ready() -> list[Any]:
         try:
@@ -61,8 +61,7 @@ def wait_workers(core: kclient.CoreV1Api, namespace: str, count: int,
             raise NotYet(f"{len(pods)} of {count} worker pods")
         return pods
 
-    return wait_for(ready, what=f"{count} worker pods running in {namespace}",
-                    timeout=timeout, is_transient=k8s.is_transient_api_error)
+    return kpods.poll(ready, what=f"{count} worker pods running in {namespace}", timeout=timeout)
 
 
 def worker_pods(core: kclient.CoreV1Api, namespace: str, selector: str = LABEL) -> list[Any]:
@@ -104,8 +103,8 @@ def run(core: kclient.CoreV1Api, namespace: str, pods: Sequence[Any], *,
         # A client per rank: the client's exec stream swaps a method of its ApiClient while
         # it connects, which concurrent execs through one client would leave swapped.
         with kclient.ApiClient(core.api_client.configuration) as own:
-            res = k8s.exec_in_pod(kclient.CoreV1Api(own), namespace, pod.metadata.name, cmd,
-                                  timeout=timeout + 30, check=False)
+            res = kpods.exec_(own, namespace, pod.metadata.name, cmd, timeout=timeout + 30,
+                              check=False)
         if res.returncode != 0:
             raise JobFailed(f"rank {rank} in pod {namespace}/{pod.metadata.name} exited "
                             f"{res.returncode}: {res.stderr.strip()[-400:]}")

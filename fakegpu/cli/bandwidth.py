@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from fakegpu.bandwidth import launcher
     from fakegpu.cluster import nodenvml
-    from fakegpu.testkit import k8s
+    from fakegpu.kube import api as kubeapi
     from fakegpu.topology.load import load_topology
 
     if args.network_gbps is not None and not args.network_gbps > 0:
@@ -77,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidInput(f"no cluster {args.cluster!r}")
     topology = load_topology(info.topology)
     gbps = args.network_gbps or topology.network.gbps_per_gpu
-    api = k8s.new_api_client(info.kubeconfig)
+    api = kubeapi.connect(info.kubeconfig)
     core = kclient.CoreV1Api(api)
     selector = args.selector or launcher.LABEL
     namespace = args.namespace
@@ -87,8 +87,8 @@ def _run(args: argparse.Namespace) -> int:
             namespace = next((o["metadata"]["name"] for o in objects
                               if o.get("kind") == "Namespace"), None)
         namespace = namespace or "default"
-        k8s.apply_manifests(api, launcher.with_image(objects, info.workload_image),
-                            namespace=namespace)
+        kubeapi.apply(api, launcher.with_image(objects, info.workload_image),
+                      namespace=namespace)
         pods = launcher.wait_workers(core, namespace, args.workers or len(topology.nodes),
                                      selector)
     else:
@@ -105,11 +105,11 @@ def _run(args: argparse.Namespace) -> int:
 def _manifest(path: Path) -> list[dict[str, Any]]:
     import yaml
 
-    from fakegpu.testkit import k8s
+    from fakegpu.kube.manifests import load_manifests
 
     where = printable(str(path))
     try:
-        return k8s.load_manifests(path)
+        return load_manifests(path)
     except (OSError, UnicodeDecodeError) as err:
         raise InvalidInput(f"{where}: cannot read: {printable(str(err))}") from None
     except yaml.YAMLError as err:

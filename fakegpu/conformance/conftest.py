@@ -95,8 +95,16 @@ def target(request: pytest.FixtureRequest) -> Target:
     return _target(request)
 
 
+# In fakegpu's own session the checks use the pytest plugin's fixtures (the session cluster's
+# client, a namespace per test that failure diagnostics know); against another cluster, the
+# same from the test kit for --conformance-kubeconfig.
+
+
 @pytest.fixture(scope="module")
-def kube(target: Target) -> Iterator[Any]:
+def kube(request: pytest.FixtureRequest, target: Target) -> Iterator[Any]:
+    if target.own:
+        yield request.getfixturevalue("k8s_client")
+        return
     api = k8s.new_api_client(target.kubeconfig)
     yield api
     api.close()
@@ -113,9 +121,13 @@ def rapi(kube: Any, target: Target) -> ResourceApi:
 
 
 @pytest.fixture
-def ns(request: pytest.FixtureRequest, core: kclient.CoreV1Api) -> Iterator[str]:
+def ns(request: pytest.FixtureRequest, target: Target, core: kclient.CoreV1Api
+       ) -> Iterator[str]:
     """A fresh namespace per check, deleted afterwards (the next starts once its pods and claims
     are gone)."""
+    if target.own:
+        yield request.getfixturevalue("namespace")
+        return
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:36].strip("-")
     name = k8s.create_namespace(core, prefix=f"conf-{base}",
                                 labels={"fakegpu.dev/test": "conformance"})

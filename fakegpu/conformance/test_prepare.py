@@ -8,7 +8,14 @@ from typing import Any
 from kubernetes import client as kclient
 
 from fakegpu.testkit import k8s
-from fakegpu.testkit.dra import ResourceApi, allocated_node, pod_claim_name
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocated_devices,
+    allocated_node,
+    node_devices,
+    pod_claim_name,
+)
 from fakegpu.testkit.wait import NotYet, wait_for
 
 from . import kit
@@ -16,8 +23,8 @@ from .target import Target
 
 
 def _run_with(core: kclient.CoreV1Api, rapi: ResourceApi, target: Target, ns: str,
-              pod_name: str, source: dict[str, str]) -> tuple[Any, dict[str, Any]]:
-    kit.create_pod(core, ns, kit.pod(pod_name, target.image, {"dev": source}))
+              pod_name: str, source: PodClaim) -> tuple[Any, dict[str, Any]]:
+    k8s.create_pod(core, ns, kit.pod(target, pod_name, source))
     pod: Any = k8s.wait_pod_running(core, ns, pod_name)
     claim = rapi.claim(ns, pod_claim_name(pod, "dev"))
     return pod, claim
@@ -27,8 +34,8 @@ def _check_prepared(core: kclient.CoreV1Api, rapi: ResourceApi, target: Target, 
                     pod: Any, claim: dict[str, Any]) -> list[dict[str, Any]]:
     assert allocated_node(claim) == pod.spec.node_name, (
         f"pod runs on {pod.spec.node_name}, its claim is allocated on {allocated_node(claim)}")
-    devices = kit.allocated(rapi, target, claim)
-    slices_here = kit.node_devices(rapi, target).get(pod.spec.node_name, [])
+    devices = allocated_devices(rapi, target.driver, claim)
+    slices_here = node_devices(rapi, target.driver).get(pod.spec.node_name, [])
     pools_here = {d["pool"] for d in slices_here}
     assert {d["pool"] for d in devices} <= pools_here, (
         f"devices {[d['name'] for d in devices]} are not in a pool of node {pod.spec.node_name}")
@@ -40,28 +47,28 @@ def _check_prepared(core: kclient.CoreV1Api, rapi: ResourceApi, target: Target, 
 
 def test_template_claim_prepared(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,
                                  ns: str) -> None:
-    req = kit.request(rapi, "dev", target.device_class)
+    req = rapi.device_request("dev", target.device_class)
     rapi.create("resourceclaimtemplates", rapi.claim_template("one", [req]), ns)
-    pod, claim = _run_with(core, rapi, target, ns, "p", {"resourceClaimTemplateName": "one"})
+    pod, claim = _run_with(core, rapi, target, ns, "p", PodClaim("dev", template="one"))
     assert len(_check_prepared(core, rapi, target, ns, pod, claim)) == 1
 
 
 def test_standalone_claim_prepared(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,
                                    ns: str) -> None:
-    req = kit.request(rapi, "dev", target.device_class)
+    req = rapi.device_request("dev", target.device_class)
     rapi.create("resourceclaims", rapi.claim_manifest("mine", [req]), ns)
-    pod, claim = _run_with(core, rapi, target, ns, "p", {"resourceClaimName": "mine"})
+    pod, claim = _run_with(core, rapi, target, ns, "p", PodClaim("dev", claim="mine"))
     assert len(_check_prepared(core, rapi, target, ns, pod, claim)) == 1
 
 
 def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,
                                ns: str) -> None:
-    req = kit.request(rapi, "dev", target.device_class)
+    req = rapi.device_request("dev", target.device_class)
     rapi.create("resourceclaimtemplates", rapi.claim_template("one", [req]), ns)
     rapi.create("resourceclaims", rapi.claim_manifest("mine", [req]), ns)
     held: dict[str, tuple[str, str, dict[str, Any]]] = {}  # pod -> (claim, node, device)
-    for pod_name, source in (("from-template", {"resourceClaimTemplateName": "one"}),
-                             ("from-claim", {"resourceClaimName": "mine"})):
+    for pod_name, source in (("from-template", PodClaim("dev", template="one")),
+                             ("from-claim", PodClaim("dev", claim="mine"))):
         pod, claim = _run_with(core, rapi, target, ns, pod_name, source)
         (device,) = _check_prepared(core, rapi, target, ns, pod, claim)
         held[pod_name] = (claim["metadata"]["name"], pod.spec.node_name, device)
@@ -86,11 +93,10 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
     # still hold it in a way the new pod shows: it would not start, or see something else).
     for pod_name, (_, node, device) in held.items():
         again = f"again-{pod_name}"
-        pinned = kit.request(rapi, "dev", target.device_class,
-                             cel=[kit.selector_for(rapi, target, device)])
+        pinned = rapi.device_request("dev", target.device_class,
+                                     cel=[kit.selector_for(rapi, target, device)])
         rapi.create("resourceclaimtemplates", rapi.claim_template(again, [pinned]), ns)
-        kit.create_pod(core, ns, kit.pod(again, target.image,
-                                         {"dev": {"resourceClaimTemplateName": again}}))
+        k8s.create_pod(core, ns, kit.pod(target, again, PodClaim("dev", template=again)))
         again_pod: Any = k8s.wait_pod_running(core, ns, again)
         assert again_pod.spec.node_name == node
         claim = rapi.claim(ns, pod_claim_name(again_pod, "dev"))
@@ -100,9 +106,9 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
 
 def test_claim_status_devices(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,
                               ns: str) -> None:
-    req = kit.request(rapi, "dev", target.device_class)
+    req = rapi.device_request("dev", target.device_class)
     rapi.create("resourceclaimtemplates", rapi.claim_template("one", [req]), ns)
-    _, claim = _run_with(core, rapi, target, ns, "p", {"resourceClaimTemplateName": "one"})
+    _, claim = _run_with(core, rapi, target, ns, "p", PodClaim("dev", template="one"))
     name = claim["metadata"]["name"]
 
     def recorded() -> list[dict[str, Any]]:
@@ -113,20 +119,21 @@ def test_claim_status_devices(target: Target, core: kclient.CoreV1Api, rapi: Res
         return devices
 
     devices = wait_for(recorded, what=f"status.devices on claim {name}", timeout=60)
-    results = {(d["pool"], d["name"]) for d in kit.allocated(rapi, target, claim)}
+    results = {(d["pool"], d["name"]) for d in allocated_devices(rapi, target.driver, claim)}
     assert {(d["pool"], d["device"]) for d in devices} == results
 
 
 def test_unsatisfiable_claim_stays_pending(target: Target, core: kclient.CoreV1Api,
                                            rapi: ResourceApi, ns: str) -> None:
-    most = max(len(devs) for devs in kit.node_devices(rapi, target).values())
-    req = kit.request(rapi, "dev", target.device_class, count=most + 1)
+    most = max(len(devs) for devs in node_devices(rapi, target.driver).values())
+    req = rapi.device_request("dev", target.device_class, count=most + 1)
     rapi.create("resourceclaimtemplates", rapi.claim_template("too-many", [req]), ns)
-    kit.create_pod(core, ns, kit.pod("greedy", target.image,
-                                     {"dev": {"resourceClaimTemplateName": "too-many"}}))
+    k8s.create_pod(core, ns, kit.pod(target, "greedy", PodClaim("dev", template="too-many")))
 
     pod: Any = k8s.wait_unschedulable(core, ns, "greedy",
                                       what=f"the scheduler to refuse {most + 1} devices")
+    cond = k8s.pod_condition(pod, "PodScheduled")
+    assert cond is not None and cond.reason == "Unschedulable", cond
     assert pod.status.phase == "Pending" and pod.spec.node_name is None
     claim = rapi.claim(ns, pod_claim_name(pod, "dev"))
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")

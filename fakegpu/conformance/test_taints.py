@@ -12,7 +12,13 @@ from kubernetes import client as kclient
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import k8s
-from fakegpu.testkit.dra import ResourceApi, pod_claim_name
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    allocated_devices,
+    node_devices,
+    pod_claim_name,
+)
 
 from . import kit
 from .target import Target
@@ -41,7 +47,7 @@ def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
     version = _rule_version(kube)
     if version is None:
         pytest.skip(f"not applicable: {target.facts.version} serves no DeviceTaintRule")
-    node, devices = sorted(kit.node_devices(rapi, target).items())[0]
+    node, devices = sorted(node_devices(rapi, target.driver).items())[0]
     device = devices[-1]
     rules = ResourceApi(kube, version)
     name = f"conf-{uuid.uuid4().hex[:8]}"
@@ -51,23 +57,21 @@ def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
                                           "device": device["name"]}, "taint": TAINT}})
     try:
         pinned = [kit.selector_for(rapi, target, device)]
-        plain = kit.request(rapi, "dev", target.device_class, cel=pinned)
+        plain = rapi.device_request("dev", target.device_class, cel=pinned)
         rapi.create("resourceclaimtemplates", rapi.claim_template("plain", [plain]), ns)
-        kit.create_pod(core, ns, kit.pod("kept-off", target.image,
-                                         {"dev": {"resourceClaimTemplateName": "plain"}}))
+        k8s.create_pod(core, ns, kit.pod(target, "kept-off", PodClaim("dev", template="plain")))
 
         k8s.wait_unschedulable(core, ns, "kept-off",
                                what=f"the scheduler to keep a claim off tainted {device['name']}")
 
-        tolerant = kit.request(rapi, "dev", target.device_class, cel=pinned, tolerations=[
+        tolerant = rapi.device_request("dev", target.device_class, cel=pinned, tolerations=[
             {"key": TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}])
         rapi.create("resourceclaimtemplates", rapi.claim_template("tolerant", [tolerant]), ns)
-        kit.create_pod(core, ns, kit.pod("tolerates", target.image,
-                                         {"dev": {"resourceClaimTemplateName": "tolerant"}}))
+        k8s.create_pod(core, ns, kit.pod(target, "tolerates", PodClaim("dev", template="tolerant")))
         pod: Any = k8s.wait_pod_running(core, ns, "tolerates")
         assert pod.spec.node_name == node
         claim = rapi.claim(ns, pod_claim_name(pod, "dev"))
-        got = kit.allocated(rapi, target, claim)
+        got = allocated_devices(rapi, target.driver, claim)
         assert [(d["pool"], d["name"]) for d in got] == [(device["pool"], device["name"])]
         kit.assert_sees(core, target, ns, "tolerates", got)
     finally:

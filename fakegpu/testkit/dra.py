@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
 
+from fakegpu import drivers
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube import pods
@@ -208,6 +209,14 @@ def toleration(key: str, effect: str | None = None, *, value: str | None = None
     return out
 
 
+def config_api_version(driver: str) -> str:
+    """The apiVersion of the opaque device configs (sharing, GpuConfig) the plugin of ``driver``
+    reads: NVIDIA's group with NVIDIA's driver name, else fakegpu's. Stated here, not taken from
+    the plugin, so a suite fails if the plugin reads another."""
+    return "resource.nvidia.com/v1beta1" if drivers.is_nvidia(driver) \
+        else "resource.fakegpu.dev/v1beta1"
+
+
 def cel_match(driver: str, attribute: str, value: str | int | bool) -> str:
     """CEL: the device's ``<driver>`` attribute ``attribute`` equals ``value``."""
     if isinstance(value, bool):
@@ -254,9 +263,10 @@ class PodClaim:
 
 
 def pod_manifest(name: str, image: str, command: Sequence[str], claims: Sequence[PodClaim] = (),
-                 *, labels: Mapping[str, str] | None = None, node: str | None = None
-                 ) -> dict[str, Any]:
-    """A one-container pod using ``claims``; it never pulls (nothing can be pulled here).
+                 *, labels: Mapping[str, str] | None = None, node: str | None = None,
+                 containers: Sequence[str] = ("main",)) -> dict[str, Any]:
+    """A pod using ``claims``, each of its ``containers`` (by name) running ``command`` with
+    every claim; it pulls only what is missing (nothing can be pulled on fakegpu's clusters).
     ``node``: pinned there by node affinity (the scheduler still allocates its claims)."""
     manifest: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod",
@@ -267,10 +277,10 @@ def pod_manifest(name: str, image: str, command: Sequence[str], claims: Sequence
             "terminationGracePeriodSeconds": 1,
             "resourceClaims": [c.manifest() for c in claims],
             "containers": [{
-                "name": "main", "image": image, "imagePullPolicy": "IfNotPresent",
+                "name": container, "image": image, "imagePullPolicy": "IfNotPresent",
                 "command": list(command),
                 "resources": {"claims": [{"name": c.name} for c in claims]},
-            }],
+            } for container in containers],
         },
     }
     if node is not None:
@@ -345,6 +355,40 @@ def attribute_value(device: Mapping[str, Any], name: str) -> Any:
         if kind in found:
             return found[kind]
     return None
+
+
+def allocated_devices(api: ResourceApi, driver: str, claim: Mapping[str, Any]
+                      ) -> list[dict[str, Any]]:
+    """The devices of ``driver`` allocated to ``claim``, as its ResourceSlices publish them,
+    each with its ``pool``; the claim must have some."""
+    results = allocation_results(claim, driver)
+    assert results, (f"claim {claim['metadata']['name']} has no allocation of {driver}: "
+                     f"{claim.get('status')}")
+    return [{**published_device(api, driver, r["pool"], r["device"]), "pool": r["pool"]}
+            for r in results]
+
+
+def node_devices(api: ResourceApi, driver: str) -> dict[str, list[dict[str, Any]]]:
+    """Node -> the devices ``driver`` publishes there (the newest generation of each pool),
+    each with its ``pool``. A node without devices is not a key."""
+    slices = api.slices(driver)
+    newest: dict[str, int] = {}
+    for s in slices:
+        pool = s["spec"]["pool"]
+        newest[pool["name"]] = max(newest.get(pool["name"], 0), int(pool["generation"]))
+    out: dict[str, list[dict[str, Any]]] = {}
+    for s in slices:
+        pool = s["spec"]["pool"]
+        node = s["spec"].get("nodeName")
+        devices = s["spec"].get("devices") or ()
+        if node and devices and int(pool["generation"]) == newest[pool["name"]]:
+            out.setdefault(node, []).extend({**d, "pool": pool["name"]} for d in devices)
+    return out
+
+
+def publishing_nodes(api: ResourceApi, driver: str) -> list[str]:
+    """The nodes where ``driver`` publishes devices, in name order."""
+    return sorted(node_devices(api, driver))
 
 
 def published_device(api: ResourceApi, driver: str, pool: str, device: str

@@ -1,4 +1,5 @@
-"""What the fake NVML library reports for one node, read the way a real tool reads it.
+"""What the fake NVML library reports for one node, read the way a real tool reads it, and
+the GPUs a container's environment says it was given.
 
 pynvml runs in a subprocess with the node's state file and the fake ``libnvidia-ml.so.1``
 first on the loader path: the library is loaded once per process, so reading several nodes
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,3 +81,13 @@ def read_node_gpus(state: Path, *, timeout: float = 60.0) -> list[NvmlGpu]:
     except (ValueError, TypeError) as err:
         raise NvmlReadError(f"unexpected pynvml reader output for {state}: "
                             f"{out.stdout[:300]!r}") from err
+
+
+VISIBLE_ENV = "NVIDIA_VISIBLE_DEVICES"  # the GPUs a prepared container is given, by UUID
+
+
+def visible_gpus(env: Mapping[str, str]) -> list[str]:
+    """The GPU (or MIG device) UUIDs of ``env``'s NVIDIA_VISIBLE_DEVICES, in order; the
+    variable must be there (a prepared container always gets it)."""
+    assert VISIBLE_ENV in env, f"no {VISIBLE_ENV} in the pod's env: {dict(env)}"
+    return [u for u in env[VISIBLE_ENV].split(",") if u]

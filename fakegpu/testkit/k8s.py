@@ -15,14 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client as kclient
 
-from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube import events as kevents
 from fakegpu.kube import namespaces, pods
 from fakegpu.kube.errors import is_transient
+from fakegpu.kube.manifests import load_manifests as load_manifests
 from fakegpu.kube.pods import ExecFailed, ExecResult, PodFailed
 from fakegpu.kube.resource import GROUP, newest_served
 
@@ -292,24 +291,6 @@ def parse_env(text: str) -> dict[str, str]:
 
 
 # --- manifests ----------------------------------------------------------------------------------
-
-
-def load_manifests(source: str | Path | Mapping[str, Any] | Iterable[Mapping[str, Any]]
-                   ) -> list[dict[str, Any]]:
-    """Objects from YAML text, a YAML file, one dict or several dicts (empty documents dropped)."""
-    if isinstance(source, Path):
-        docs: Iterable[Any] = list(yaml.safe_load_all(source.read_text()))
-    elif isinstance(source, str):
-        docs = list(yaml.safe_load_all(source))
-    elif isinstance(source, Mapping):
-        docs = [source]
-    else:
-        docs = list(source)
-    objs = [dict(d) for d in docs if d]
-    for obj in objs:
-        if "apiVersion" not in obj or "kind" not in obj or "name" not in obj.get("metadata", {}):
-            raise FakegpuError(f"manifest lacks apiVersion, kind or metadata.name: {obj!r:.200}")
-    return objs
 
 
 def apply_manifests(

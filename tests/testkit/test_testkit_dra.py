@@ -11,12 +11,17 @@ from fakegpu.errors import FakegpuError
 from fakegpu.testkit.dra import (
     PodClaim,
     ResourceApi,
+    allocated_devices,
     allocated_node,
     allocation_results,
     cel_string,
+    config_api_version,
     device_request,
+    node_devices,
     pod_manifest,
+    publishing_nodes,
 )
+from fakegpu.testkit.gpus import visible_gpus
 from fakegpu.testkit.k8s import claims_refused, load_manifests, parse_env
 
 
@@ -184,3 +189,67 @@ def test_slice_device_and_device_health_read_what_the_apiserver_returns() -> Non
                                                "health": "Unhealthy"}]}]}]}}
     assert device_health(pod) == {"d/gpu=u-gpu-0": "Unhealthy"}
     assert device_health({"status": {}}) == {}
+
+
+def test_pod_manifest_gives_every_container_every_claim() -> None:
+    pod = pod_manifest("p", "img:local", ["sleep", "1"], [PodClaim("a", template="t")],
+                       containers=("c0", "c1"))
+    containers = pod["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["c0", "c1"]
+    assert all(c["resources"]["claims"] == [{"name": "a"}] for c in containers)
+
+
+def _slice(pool: str, generation: int, node: str | None, *devices: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {"pool": {"name": pool, "generation": generation},
+                            "devices": [{"name": d, "attributes": {"uuid": {"string": d}}}
+                                        for d in devices]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"spec": spec}
+
+
+class _Slices:
+    """What node_devices and allocated_devices read of a ResourceApi: one driver's slices."""
+
+    def __init__(self, *slices: dict[str, Any]) -> None:
+        self._slices = list(slices)
+        self.asked: list[str | None] = []
+
+    def slices(self, driver: str | None = None) -> list[dict[str, Any]]:
+        self.asked.append(driver)
+        return self._slices
+
+
+def test_node_devices_reads_the_newest_generation_of_node_pools() -> None:
+    api: Any = _Slices(_slice("n2", 1, "n2", "old"), _slice("n2", 2, "n2", "gpu-0", "gpu-1"),
+                       _slice("n1", 1, "n1", "gpu-0"), _slice("empty", 1, "n3"),
+                       _slice("network", 1, None, "nic-0"))
+    got = node_devices(api, "gpu.fakegpu.dev")
+    assert {n: [(d["pool"], d["name"]) for d in devs] for n, devs in got.items()} == {
+        "n2": [("n2", "gpu-0"), ("n2", "gpu-1")], "n1": [("n1", "gpu-0")]}
+    assert publishing_nodes(api, "gpu.fakegpu.dev") == ["n1", "n2"]
+    assert set(api.asked) == {"gpu.fakegpu.dev"}
+
+
+def test_allocated_devices_are_the_published_entries_with_their_pool() -> None:
+    api: Any = _Slices(_slice("n1", 3, "n1", "gpu-0", "gpu-1"))
+    claim: dict[str, Any] = {"metadata": {"name": "c"}, "status": {"allocation": {"devices": {
+        "results": [{"driver": "gpu.fakegpu.dev", "pool": "n1", "device": "gpu-1"},
+                    {"driver": "other", "pool": "x", "device": "nic-0"}]}}}}
+    (device,) = allocated_devices(api, "gpu.fakegpu.dev", claim)
+    assert (device["pool"], device["name"], device["attributes"]["uuid"]["string"]) == (
+        "n1", "gpu-1", "gpu-1")
+    with pytest.raises(AssertionError, match=r"claim c has no allocation of gpu\.fakegpu\.dev"):
+        allocated_devices(api, "gpu.fakegpu.dev", {"metadata": {"name": "c"}})
+
+
+def test_visible_gpus_reads_nvidia_visible_devices() -> None:
+    assert visible_gpus({"NVIDIA_VISIBLE_DEVICES": "GPU-a,MIG-b"}) == ["GPU-a", "MIG-b"]
+    assert visible_gpus({"NVIDIA_VISIBLE_DEVICES": ""}) == []
+    with pytest.raises(AssertionError, match="no NVIDIA_VISIBLE_DEVICES"):
+        visible_gpus({"PATH": "/bin"})
+
+
+def test_config_api_version_follows_the_driver_name() -> None:
+    assert config_api_version("gpu.nvidia.com") == "resource.nvidia.com/v1beta1"
+    assert config_api_version("gpu.fakegpu.dev") == "resource.fakegpu.dev/v1beta1"
