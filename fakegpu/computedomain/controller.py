@@ -17,6 +17,7 @@ the safety net for anything no event announced.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -29,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from fakegpu.kube import api as kubeapi
 
 from . import kube, objects
-from .names import PLURAL, VERSION, Names, daemonset_name
+from .names import NOT_READY, PLURAL, VERSION, Names, daemonset_name
 from .reflector import DELETED, Reflector, Source
 from .workqueue import WorkQueue
 
@@ -187,12 +188,35 @@ class Controller:
             else:
                 self._reconcile(cd)
         except objects.SpecError as err:
+            # Said on the domain (a condition, an event) and not retried: the spec is
+            # immutable, and a taken template name is retried by the next resync.
             uid = cd["metadata"]["uid"]
+            self._set_invalid(cd, str(err))
             if self._reported.get(uid) != str(err):
                 self._reported[uid] = str(err)
                 log.error("%s", err)
                 kube.event(self.api, self.names, cd, "InvalidSpec", str(err), warning=True,
                            component=COMPONENT)
+
+    def _set_invalid(self, cd: dict[str, Any], message: str | None) -> None:
+        """The domain's Valid condition: False with ``message``, or (None) gone."""
+        meta = cd["metadata"]
+        old = (cd.get("status") or {}).get("conditions") or []
+        if message is None and not any(c.get("type") == objects.VALID for c in old):
+            return  # the usual case: nothing to write
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = None if message is None else objects.invalid_condition(message, now)
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            conditions = objects.with_condition(current.get("conditions") or [], condition)
+            out = {**current, "status": current.get("status") or NOT_READY}
+            if conditions:
+                out["conditions"] = conditions
+            else:
+                out.pop("conditions", None)
+            return out
+
+        kube.update_status(self.api, self.names, meta["namespace"], meta["name"], change)
 
     def _reconcile(self, cd: dict[str, Any]) -> None:
         meta = cd["metadata"]
@@ -202,6 +226,7 @@ class Controller:
         domain = objects.parse(cd)
         self._ensure_template(objects.channel_template(self.names, domain))
         self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace))
+        self._set_invalid(cd, None)  # a template name taken before may be free now
         self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
                                                  self.cfg.image))
         with_daemon = {p.spec.node_name for p in self._daemon_pods(domain.uid)
