@@ -26,12 +26,15 @@ def connect(kubeconfig: Path | None) -> client.ApiClient:
     if kubeconfig is not None and not kubeconfig.is_file():
         raise InvalidInput(f"--kubeconfig {kubeconfig}: no such file")
     try:
+        # The check without urllib3's retries (three warnings before the one line); the
+        # client returned keeps them, for a long run's passing blips.
+        probe = kubeapi.connect(kubeconfig, retries=False)
         api = kubeapi.connect(kubeconfig)
     except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError,
             AttributeError) as err:  # what load_kube_config raises on a broken file
         raise InvalidInput(f"{where}: not a usable kubeconfig: {_one_line(err)}") from err
     try:
-        client.VersionApi(api).get_code(_request_timeout=PROBE_TIMEOUT_S)
+        client.VersionApi(probe).get_code(_request_timeout=PROBE_TIMEOUT_S)
     except ApiException as err:
         api.close()  # type: ignore[no-untyped-call]
         raise FakegpuError(f"the apiserver of {where} answered /version with {err.status} "
@@ -40,6 +43,8 @@ def connect(kubeconfig: Path | None) -> client.ApiClient:
         api.close()  # type: ignore[no-untyped-call]
         raise FakegpuError(f"cannot reach the apiserver of {where}: "
                            f"{_one_line(err)}") from err
+    finally:
+        probe.close()  # type: ignore[no-untyped-call]
     return api
 
 
