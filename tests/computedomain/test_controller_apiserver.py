@@ -21,7 +21,7 @@ from fakegpu.cluster import computedomains
 from fakegpu.computedomain import kube, objects
 from fakegpu.computedomain.controller import Config, Controller
 from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver
-from fakegpu.deploy.manifests import NAMESPACE, Install
+from fakegpu.deploy.manifests import NAMESPACE
 from fakegpu.kube import api as kubeapi
 from fakegpu.wait import NotYet, wait_for
 
@@ -34,37 +34,18 @@ WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def apis(tmp_path_factory: pytest.TempPathFactory
+def apis(control_plane: tuple[client.ApiClient, Any], tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[client.ApiClient, client.ApiClient, Path]]:
     """(admin, the controller's own service account as the chart grants it, and that
     account's kubeconfig)."""
-    from fakegpu.cluster import binaries, install
-    from fakegpu.cluster.controlplane import ControlPlane
-    from fakegpu.errors import MissingPrerequisite
-
-    try:
-        bins = binaries.ensure()
-    except MissingPrerequisite as err:
-        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
-    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
-        c = kubeapi.connect(Path(cp.kubeconfig))
-        kubeapi.apply(c, install.objects(Install(driver="gpu.nvidia.com")))
-
-        def established() -> None:
-            try:
-                kube.list_domains(c, NAMES)
-            except client.ApiException as err:
-                raise NotYet(str(err.status)) from err
-
-        wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
-        assert cp.certs is not None
-        own_config = computedomains.controller_credentials(
-            c, tmp_path_factory.mktemp("sa"), server=cp.server, ca=cp.certs.ca.cert_path,
-            cluster="cp")
-        own = kubeapi.connect(own_config)
-        yield c, own, own_config
-        own.close()  # type: ignore[no-untyped-call]
-        c.close()  # type: ignore[no-untyped-call]
+    c, cp = control_plane
+    assert cp.certs is not None
+    own_config = computedomains.controller_credentials(
+        c, tmp_path_factory.mktemp("sa"), server=cp.server, ca=cp.certs.ca.cert_path,
+        cluster="cp")
+    own = kubeapi.connect(own_config)
+    yield c, own, own_config
+    own.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -175,12 +156,35 @@ def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient,
     events = [e for e in core.list_namespaced_event("taken").items
               if e.reason == "InvalidSpec"]
     assert events and "ResourceClaimTemplate taken/mine exists" in events[0].message
+    # ...and a condition on it (status NotReady), so `kubectl get -o yaml` says it too.
+    status = kube.get_domain(api, NAMES, "taken", "d")["status"]
+    [valid] = status["conditions"]
+    assert (valid["type"], valid["status"], valid["reason"]) == ("Valid", "False", "InvalidSpec")
+    assert "ResourceClaimTemplate taken/mine exists" in valid["message"]
+    assert status["status"] == "NotReady"
+    # The name freed: the next pass makes the template and the condition goes.
+    custom.delete_namespaced_custom_object("resource.k8s.io", "v1", "taken",
+                                           "resourceclaimtemplates", "mine")
+    controller.reconcile_all()
+    assert "conditions" not in kube.get_domain(api, NAMES, "taken", "d")["status"]
     with pytest.raises(client.ApiException) as refused:
         custom.create_namespaced_custom_object(NAMES.group, VERSION, "taken", PLURAL, {
             "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "x"},
             "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "t"},
                                                 "allocationMode": "Some"}}})
     assert refused.value.status == 422
+
+
+@pytest.mark.parametrize("name", ["Bad_Name!", "UPPER", "x" * 300, "../x"])
+def test_the_crd_refuses_a_template_name_that_is_no_object_name(api: client.ApiClient,
+                                                                name: str) -> None:
+    custom: Any = client.CustomObjectsApi(api)
+    with pytest.raises(client.ApiException) as refused:
+        custom.create_namespaced_custom_object(NAMES.group, VERSION, "default", PLURAL, {
+            "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "n"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": name}}}})
+    assert refused.value.status == 422
+    assert "spec.channel.resourceClaimTemplate.name" in str(refused.value.body)
 
 
 # --- the running controller ---------------------------------------------------------------------
