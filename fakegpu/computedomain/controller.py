@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fakegpu.kube import api as kubeapi
 
-from . import kube, objects
+from . import killpoint, kube, objects
 from .names import NOT_READY, PLURAL, VERSION, Names, daemonset_name
 from .reflector import DELETED, Reflector, Source
 from .workqueue import WorkQueue
@@ -39,6 +39,9 @@ TIMEOUT_S = kube.TIMEOUT_S
 COMPONENT = "fakegpu-compute-domain-controller"
 ALL = ""  # the work queue's key of a resync: reconcile every domain, collect orphans
 STOP_POLL_S = 0.5  # how soon the worker notices a stop (SIGTERM) while idle
+# Where the kill -9 tests stop the controller (killpoint.py), in the order a reconcile goes.
+KILL_STEPS = ("finalizer-added", "channel-template-made", "daemon-template-made",
+              "daemonset-made")
 
 
 @dataclass(frozen=True)
@@ -223,12 +226,17 @@ class Controller:
         if self.names.finalizer not in (meta.get("finalizers") or []):
             meta["finalizers"] = [*(meta.get("finalizers") or []), self.names.finalizer]
             cd = kube.replace(self.api, self.names, cd)
+            killpoint.reached("finalizer-added")
         domain = objects.parse(cd)
-        self._ensure_template(objects.channel_template(self.names, domain))
-        self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace))
+        if self._ensure_template(objects.channel_template(self.names, domain)):
+            killpoint.reached("channel-template-made")
+        if self._ensure_template(objects.daemon_template(self.names, domain,
+                                                         self.cfg.namespace)):
+            killpoint.reached("daemon-template-made")
         self._set_invalid(cd, None)  # a template name taken before may be free now
-        self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
-                                                 self.cfg.image))
+        if self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
+                                                    self.cfg.image)):
+            killpoint.reached("daemonset-made")
         with_daemon = {p.spec.node_name for p in self._daemon_pods(domain.uid)
                        if p.spec.node_name and not p.metadata.deletion_timestamp}
 
@@ -250,7 +258,8 @@ class Controller:
                        f"{_ready_count(after)} of {domain.num_nodes} nodes ready",
                        component=COMPONENT)
 
-    def _ensure_template(self, body: dict[str, Any]) -> None:
+    def _ensure_template(self, body: dict[str, Any]) -> bool:
+        """Create the template when missing (True: created)."""
         meta = body["metadata"]
         try:
             found = self._objects.get_namespaced_custom_object(
@@ -261,14 +270,16 @@ class Controller:
                 raise
             kubeapi.apply(self.api, [body], field_manager=COMPONENT)
             log.info("created ResourceClaimTemplate %s/%s", meta["namespace"], meta["name"])
-            return
+            return True
         owner = (found["metadata"].get("labels") or {}).get(self.names.label_key)
         if owner != meta["labels"][self.names.label_key]:
             raise objects.SpecError(
                 f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists and is not "
                 "this ComputeDomain's: rename spec.channel.resourceClaimTemplate.name")
+        return False
 
-    def _ensure_daemonset(self, body: dict[str, Any]) -> None:
+    def _ensure_daemonset(self, body: dict[str, Any]) -> bool:
+        """Create the DaemonSet when missing (True: created)."""
         meta = body["metadata"]
         try:
             self._apps.read_namespaced_daemon_set(meta["name"], meta["namespace"],
@@ -278,6 +289,8 @@ class Controller:
                 raise
             kubeapi.apply(self.api, [body], field_manager=COMPONENT)
             log.info("created DaemonSet %s/%s", meta["namespace"], meta["name"])
+            return True
+        return False
 
     def _daemon_pods(self, uid: str) -> list[Any]:
         return list(self._core.list_namespaced_pod(

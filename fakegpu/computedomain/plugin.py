@@ -56,7 +56,7 @@ from fakegpu.plugin.prepare import ClaimRef
 from fakegpu.plugin.server import PluginServers
 from fakegpu.plugin.sockets import socket_paths
 
-from . import fabric, kube
+from . import fabric, killpoint, kube
 from .connect import connect
 from .names import (
     CHANNEL,
@@ -82,9 +82,7 @@ READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retri
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "imex"
 DAEMON_STOP_S = 5.0
-# A test hook: the plugin SIGKILLs itself when it reaches the step this variable names (the
-# kill -9 tests of tests/computedomain); unset in every real run.
-KILL_AT_ENV = "FAKEGPU_CD_PLUGIN_KILL_AT"
+# Where the kill -9 tests stop the plugin (killpoint.py), in the order a prepare reaches them.
 KILL_STEPS = ("prepare-spec-written", "prepare-recorded", "daemon-starting",
               "daemon-started")
 
@@ -356,9 +354,9 @@ class ComputeDomainDriver:
                                 json.dumps(cdi_spec(self.names, p, domain_ref, clique,
                                                     daemon)),
                                 mode=0o644)
-            _kill_point("prepare-spec-written")
+            killpoint.reached("prepare-spec-written")
             fsutil.atomic_write(self._claims / f"{ref.uid}.json", json.dumps(rec))
-            _kill_point("prepare-recorded")
+            killpoint.reached("prepare-recorded")
             if p.kind == DAEMON:
                 self._ensure_daemon(ref.uid, rec)
         log.info("prepared %s claim=%s/%s uid=%s domain=%s", p.kind, ref.namespace, ref.name,
@@ -437,7 +435,7 @@ class ComputeDomainDriver:
                             len(running), running[0])
                 _terminate(running[1:])
             return
-        _kill_point("daemon-starting")
+        killpoint.reached("daemon-starting")
         namespace, _, pod = str(rec["pod"]).partition("/")
         argv = [sys.executable, "-m", "fakegpu", "computedomain", "daemon",
                 "--domain", self.names.domain, "--domain-uid", rec["domain"],
@@ -448,7 +446,7 @@ class ComputeDomainDriver:
             # Its own session: a signal to the plugin's process group does not end it.
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        _kill_point("daemon-started")
+        killpoint.reached("daemon-started")
         log.info("started IMEX daemon pid=%d claim=%s pod=%s domain=%s", proc.pid, uid,
                  rec["pod"], rec["domain"])
 
@@ -529,12 +527,6 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _kill_point(step: str) -> None:
-    """The test hook of ``KILL_AT_ENV``: die here as a kill -9 would."""
-    if os.environ.get(KILL_AT_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _reap() -> None:

@@ -1,6 +1,6 @@
 """The compute-domain plugin's IMEX daemons against a real kube-apiserver: a plugin killed
 with SIGKILL at every step of a daemon claim's prepare and of the daemon's start
-(``plugin.KILL_AT_ENV``), then started again, leaves exactly one daemon for the claim, and
+(``killpoint.ENV``), then started again, leaves exactly one daemon for the claim, and
 unprepare leaves none and no status entry of the node; a plugin that ends does not take its
 daemons along (the next adopts them); a daemon whose claim record is gone ends by itself.
 
@@ -23,14 +23,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fakegpu.computedomain import kube
+from fakegpu.computedomain import killpoint, kube
 from fakegpu.computedomain.names import DAEMON, DAEMON_CONFIG_KIND, PLURAL, VERSION
-from fakegpu.computedomain.plugin import (
-    KILL_AT_ENV,
-    KILL_STEPS,
-    ComputeDomainDriver,
-    Config,
-)
+from fakegpu.computedomain.plugin import KILL_STEPS, ComputeDomainDriver, Config
 from fakegpu.deploy.manifests import NAMESPACE
 from fakegpu.plugin.prepare import ClaimRef
 from fakegpu.wait import NotYet, wait_for
@@ -77,9 +72,9 @@ class Setup:
         return Config(NAMES, NODE, self.kubeconfig, r / "kubelet", r / "cdi", r / "state")
 
     def plugin(self, action: str, kill_at: str = "") -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k != KILL_AT_ENV}
+        env = {k: v for k, v in os.environ.items() if k != killpoint.ENV}
         if kill_at:
-            env[KILL_AT_ENV] = kill_at
+            env[killpoint.ENV] = kill_at
         return subprocess.run(
             [sys.executable, "-c", PLUGIN, NAMES.driver, NODE, str(self.kubeconfig),
              str(self.root), action, self.ref.namespace, self.ref.name, self.ref.uid],
