@@ -63,9 +63,10 @@ def domains(k8s_client: Any, names: Names) -> Iterator[Callable[[str, str, int],
     """Create ComputeDomains; each is deleted (and waited for) after the test."""
     made: list[tuple[str, str]] = []
 
-    def create_domain(namespace: str, name: str, num_nodes: int) -> dict[str, Any]:
+    def create_domain(namespace: str, name: str, num_nodes: int,
+                      template: str = TEMPLATE) -> dict[str, Any]:
         made.append((namespace, name))
-        return create(k8s_client, names, namespace, name, num_nodes, TEMPLATE)
+        return create(k8s_client, names, namespace, name, num_nodes, template)
 
     yield create_domain
     for namespace, name in made:
@@ -74,8 +75,8 @@ def domains(k8s_client: Any, names: Names) -> Iterator[Callable[[str, str, int],
         wait_gone(k8s_client, names, namespace, name, timeout=TIMEOUT)
 
 
-def channel_pod(name: str, image: str, node: str) -> dict[str, Any]:
-    pod = pod_manifest(name, image, ["sleep", "3600"], [PodClaim("imex", template=TEMPLATE)])
+def channel_pod(name: str, image: str, node: str, template: str = TEMPLATE) -> dict[str, Any]:
+    pod = pod_manifest(name, image, ["sleep", "3600"], [PodClaim("imex", template=template)])
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return pod
 
@@ -217,3 +218,82 @@ def test_a_node_whose_fabric_is_degraded_cannot_join(
     node_obj: Any = core_v1.read_node(node)
     labels = node_obj.metadata.labels or {}
     assert names.label_key not in labels, labels
+
+
+def test_a_claim_naming_another_namespaces_domain_is_refused(
+    fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi, namespace: str, names: Names, gpu_nodes: list[str],
+    domains: Callable[..., dict[str, Any]],
+) -> None:
+    # Tenant B's domain; tenant A (the test's namespace) copies its channel template, with
+    # B's domain UID in the opaque config, into a template of its own.
+    other = k8s.create_namespace(core_v1, prefix="e2e-cd-tenant-b",
+                                 labels={"fakegpu.dev/test": "e2e"})
+    try:
+        cd = domains(other, "tenant-b", 1)
+        uid = cd["metadata"]["uid"]
+        custom: Any = kclient.CustomObjectsApi(k8s_client)
+
+        def template() -> dict[str, Any]:
+            try:
+                out: dict[str, Any] = custom.get_namespaced_custom_object(
+                    "resource.k8s.io", resource_api.version, other, "resourceclaimtemplates",
+                    TEMPLATE)
+                return out
+            except kclient.ApiException as err:
+                if err.status == 404:
+                    raise NotYet("tenant B's channel template not made yet") from err
+                raise
+
+        theirs = wait_for(template, what="tenant B's channel template", timeout=TIMEOUT,
+                          is_transient=k8s.is_transient_api_error)
+        copied = {"apiVersion": theirs["apiVersion"], "kind": "ResourceClaimTemplate",
+                  "metadata": {"name": "copied"}, "spec": theirs["spec"]}
+        resource_api.create("resourceclaimtemplates", copied, namespace)
+        node = gpu_nodes[0]
+        k8s.create_pod(core_v1, namespace, channel_pod(
+            "intruder", fakegpu_cluster.workload_image, node, template="copied"))
+        event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
+                               involved="intruder", timeout=TIMEOUT)
+        assert f"names ComputeDomain {other}/tenant-b of another namespace" in event.message, \
+            event.message
+        assert k8s.read_pod(core_v1, namespace, "intruder").status.phase == "Pending"
+        # Refused before anything of B's domain moved: the node is not labelled for it.
+        node_obj: Any = core_v1.read_node(node)
+        assert (node_obj.metadata.labels or {}).get(names.label_key) != uid
+    finally:
+        core_v1.delete_namespaced_pod("intruder", namespace, grace_period_seconds=0)
+        k8s.delete_namespace(core_v1, other)
+
+
+def test_a_second_domain_waits_for_a_node_the_first_one_holds(
+    fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
+    namespace: str, names: Names, gpu_nodes: list[str],
+    domains: Callable[..., dict[str, Any]],
+) -> None:
+    node = gpu_nodes[1]
+    domains(namespace, "first", 1)
+    domains(namespace, "second", 1, "second-channel")
+    image = fakegpu_cluster.workload_image
+    k8s.create_pod(core_v1, namespace, channel_pod("w1", image, node))
+    k8s.wait_pod_running(core_v1, namespace, "w1", timeout=TIMEOUT)
+    wait_domain(k8s_client, names, namespace, "first", ready(1), "first Ready")
+
+    # The second domain's pod on the same node: refused per claim, said on the domain...
+    k8s.create_pod(core_v1, namespace, channel_pod("w2", image, node, "second-channel"))
+    event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
+                           involved="w2", timeout=TIMEOUT)
+    assert f"node {node} is in ComputeDomain {namespace}/first" in event.message, event.message
+    said = k8s.wait_event(core_v1, namespace, "NodeInOtherDomain", involved="second",
+                          timeout=TIMEOUT)
+    assert f"node {node} is in ComputeDomain {namespace}/first" in said.message, said.message
+    # ...and the first domain keeps its node (before: it lost the label, NotReady for good).
+    first = get(k8s_client, names, namespace, "first")
+    assert first["status"]["status"] == "Ready", first["status"]
+    node_obj: Any = core_v1.read_node(node)
+    assert node_obj.metadata.labels[names.label_key] == first["metadata"]["uid"]
+
+    # Once the first domain's workload left the node, the kubelet's retry gets it.
+    core_v1.delete_namespaced_pod("w1", namespace, grace_period_seconds=0)
+    k8s.wait_pod_running(core_v1, namespace, "w2", timeout=TIMEOUT)
+    wait_domain(k8s_client, names, namespace, "second", ready(1), "second Ready")

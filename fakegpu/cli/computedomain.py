@@ -4,6 +4,7 @@ IMEX daemon (docs/gb200.md)."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import threading
 from pathlib import Path
@@ -90,16 +91,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _controller(args: argparse.Namespace) -> int:
+    from fakegpu.computedomain.connect import connect
     from fakegpu.computedomain.controller import Config, Controller
-    from fakegpu.kube import api as kubeapi
 
-    if args.resync <= 0:
-        raise InvalidInput(f"--resync must be positive, not {args.resync}")
+    if not math.isfinite(args.resync) or args.resync <= 0:  # nan compares false: never resyncs
+        raise InvalidInput(f"--resync must be a positive number of seconds, not {args.resync}")
+    names = _names(args.domain)
+    api = connect(args.kubeconfig)
     stop = threading.Event()
     _on_signals(stop)
-    Controller(kubeapi.connect(args.kubeconfig), Config(
-        _names(args.domain), args.namespace, args.daemon_image,
-        args.resync)).run(stop)
+    Controller(api, Config(
+        names, args.namespace, args.daemon_image, args.resync)).run(stop)
     return 0
 
 
@@ -114,10 +116,13 @@ def _plugin(args: argparse.Namespace) -> int:
 
 def _daemon(args: argparse.Namespace) -> int:
     from fakegpu.computedomain import daemon
-    from fakegpu.kube import api as kubeapi
+    from fakegpu.computedomain.connect import connect
 
-    return daemon.run(kubeapi.connect(args.kubeconfig), daemon.Config(
-        _names(args.domain), args.domain_uid, args.node, args.pod_namespace, args.pod_name))
+    names = _names(args.domain)
+    record = (Path(args.state_dir) / "claims" / f"{args.claim_uid}.json"
+              if args.state_dir and args.claim_uid else None)
+    return daemon.run(connect(args.kubeconfig), daemon.Config(
+        names, args.domain_uid, args.node, args.pod_namespace, args.pod_name, record=record))
 
 
 def _on_signals(stop: threading.Event) -> None:

@@ -17,6 +17,7 @@ the safety net for anything no event announced.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -29,8 +30,8 @@ from kubernetes.client.exceptions import ApiException
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 
-from . import kube, objects
-from .names import PLURAL, VERSION, Names, daemonset_name
+from . import killpoint, kube, objects
+from .names import NOT_READY, PLURAL, VERSION, Names, daemonset_name
 from .reflector import DELETED, Reflector, Source
 from .workqueue import WorkQueue
 
@@ -39,6 +40,9 @@ TIMEOUT_S = kube.TIMEOUT_S
 COMPONENT = "fakegpu-compute-domain-controller"
 ALL = ""  # the work queue's key of a resync: reconcile every domain, collect orphans
 STOP_POLL_S = 0.5  # how soon the worker notices a stop (SIGTERM) while idle
+# Where the kill -9 tests stop the controller (killpoint.py), in the order a reconcile goes.
+KILL_STEPS = ("finalizer-added", "channel-template-made", "daemon-template-made",
+              "daemonset-made")
 
 
 @dataclass(frozen=True)
@@ -190,25 +194,53 @@ class Controller:
             else:
                 self._reconcile(cd)
         except objects.SpecError as err:
+            # Said on the domain (a condition, an event) and not retried: the spec is
+            # immutable, and a taken template name is retried by the next resync.
             uid = cd["metadata"]["uid"]
+            self._set_invalid(cd, str(err))
             if self._reported.get(uid) != str(err):
                 self._reported[uid] = str(err)
                 log.error("%s", err)
                 kube.event(self.api, self.names, cd, "InvalidSpec", str(err), warning=True,
                            component=COMPONENT)
 
+    def _set_invalid(self, cd: dict[str, Any], message: str | None) -> None:
+        """The domain's Valid condition: False with ``message``, or (None) gone."""
+        meta = cd["metadata"]
+        old = (cd.get("status") or {}).get("conditions") or []
+        if message is None and not any(c.get("type") == objects.VALID for c in old):
+            return  # the usual case: nothing to write
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = None if message is None else objects.invalid_condition(message, now)
+
+        def change(current: dict[str, Any]) -> dict[str, Any]:
+            conditions = objects.with_condition(current.get("conditions") or [], condition)
+            out = {**current, "status": current.get("status") or NOT_READY}
+            if conditions:
+                out["conditions"] = conditions
+            else:
+                out.pop("conditions", None)
+            return out
+
+        kube.update_status(self.api, self.names, meta["namespace"], meta["name"], change)
+
     def _reconcile(self, cd: dict[str, Any]) -> None:
         meta = cd["metadata"]
         if self.names.finalizer not in (meta.get("finalizers") or []):
             meta["finalizers"] = [*(meta.get("finalizers") or []), self.names.finalizer]
             cd = kube.replace(self.api, self.names, cd)
+            killpoint.reached("finalizer-added")
         domain = objects.parse(cd)
-        self._ensure_template(objects.channel_template(self.names, domain,
-                                                       version=self.resource_version))
-        self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace,
-                                                      version=self.resource_version))
-        self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
-                                                 self.cfg.image))
+        if self._ensure_template(objects.channel_template(self.names, domain,
+                                                          version=self.resource_version)):
+            killpoint.reached("channel-template-made")
+        if self._ensure_template(objects.daemon_template(self.names, domain, self.cfg.namespace,
+                                                         version=self.resource_version)):
+            killpoint.reached("daemon-template-made")
+        self._set_invalid(cd, None)  # a template name taken before may be free now
+        if self._ensure_daemonset(objects.daemonset(self.names, domain, self.cfg.namespace,
+                                                    self.cfg.image)):
+            killpoint.reached("daemonset-made")
         with_daemon = {p.spec.node_name for p in self._daemon_pods(domain.uid)
                        if p.spec.node_name and not p.metadata.deletion_timestamp}
 
@@ -230,7 +262,8 @@ class Controller:
                        f"{_ready_count(after)} of {domain.num_nodes} nodes ready",
                        component=COMPONENT)
 
-    def _ensure_template(self, body: dict[str, Any]) -> None:
+    def _ensure_template(self, body: dict[str, Any]) -> bool:
+        """Create the template when missing (True: created)."""
         meta = body["metadata"]
         try:
             found = self._objects.get_namespaced_custom_object(
@@ -241,14 +274,16 @@ class Controller:
                 raise
             kubeapi.apply(self.api, [body], field_manager=COMPONENT)
             log.info("created ResourceClaimTemplate %s/%s", meta["namespace"], meta["name"])
-            return
+            return True
         owner = (found["metadata"].get("labels") or {}).get(self.names.label_key)
         if owner != meta["labels"][self.names.label_key]:
             raise objects.SpecError(
                 f"ResourceClaimTemplate {meta['namespace']}/{meta['name']} exists and is not "
                 "this ComputeDomain's: rename spec.channel.resourceClaimTemplate.name")
+        return False
 
-    def _ensure_daemonset(self, body: dict[str, Any]) -> None:
+    def _ensure_daemonset(self, body: dict[str, Any]) -> bool:
+        """Create the DaemonSet when missing (True: created)."""
         meta = body["metadata"]
         try:
             self._apps.read_namespaced_daemon_set(meta["name"], meta["namespace"],
@@ -258,6 +293,8 @@ class Controller:
                 raise
             kubeapi.apply(self.api, [body], field_manager=COMPONENT)
             log.info("created DaemonSet %s/%s", meta["namespace"], meta["name"])
+            return True
+        return False
 
     def _daemon_pods(self, uid: str) -> list[Any]:
         return list(self._core.list_namespaced_pod(

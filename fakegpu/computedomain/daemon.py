@@ -10,6 +10,10 @@ DaemonSet pod on this node (stopped when that claim is unprepared). Once a secon
 - writes its node's entry in the domain's ``status.nodes`` (name, pod IP, clique ID, index,
   Ready/NotReady) and an Event on every change, naming the reason.
 
+It runs while its claim's record (the plugin's ``claims/<uid>.json``) exists: unprepare stops
+it, and a node whose state is gone (an embedded cluster taken down) leaves no daemon behind,
+though a plugin restart does not stop it.
+
 After any failure the node needs ``STABLE_ROUNDS`` good rounds in a row before it is Ready
 again, as a real IMEX daemon re-forms its domain after losing a peer: an outage is never too
 short for the status to show it.
@@ -22,6 +26,7 @@ import signal
 import socket
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -47,6 +52,7 @@ class Config:
     pod_name: str
     port: int = DAEMON_PORT
     interval_s: float = 1.0
+    record: Path | None = None  # the plugin's record of the daemon claim: gone, the daemon ends
 
 
 def probe(ip: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
@@ -175,6 +181,9 @@ class Daemon:
         log.info("IMEX daemon node=%s domain=%s pod=%s/%s", self.cfg.node, self.cfg.domain_uid,
                  self.cfg.pod_namespace, self.cfg.pod_name)
         while not stop.is_set():
+            if self.cfg.record is not None and not self.cfg.record.exists():
+                log.info("claim record %s is gone: stopping", self.cfg.record)
+                break
             try:
                 self.step()
             except ApiException as err:

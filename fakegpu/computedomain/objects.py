@@ -7,6 +7,7 @@ ComputeDomain itself is gone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,10 @@ from .names import (
     daemonset_name,
 )
 
+# An object name (a DNS subdomain, RFC 1123), as the apiserver requires of a
+# ResourceClaimTemplate; the CRD's schema says the same (files/computedomain.yaml).
+NAME_MAX = 253
+NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # The IMEX daemon pod: its process is the daemon's endpoint on the pod network (its peers
 # connect to it); when it dies the pod's supervisor loop restarts it after a pause, as a
 # service manager would, so an outage lasts long enough for every peer to see it.
@@ -66,6 +71,11 @@ def parse(cd: Mapping[str, Any]) -> Domain:
     template = (channel.get("resourceClaimTemplate") or {}).get("name")
     if not template or not isinstance(template, str):
         raise SpecError(f"{where}: spec.channel.resourceClaimTemplate.name is required")
+    if len(template) > NAME_MAX or not NAME_RE.fullmatch(template):
+        shown = template if len(template) <= 60 else f"{template[:57]}..."
+        raise SpecError(f"{where}: spec.channel.resourceClaimTemplate.name {shown!r} is no "
+                        f"object name (lower-case letters, digits, '-' and '.', at most "
+                        f"{NAME_MAX} characters, starting and ending alphanumeric)")
     mode = channel.get("allocationMode") or "Single"
     if mode not in ALLOCATION_MODES:
         raise SpecError(f"{where}: spec.channel.allocationMode must be one of "
@@ -141,6 +151,27 @@ def daemonset(names: Names, domain: Domain, namespace: str, image: str) -> dict[
             },
         },
     }
+
+
+VALID = "Valid"  # the condition a spec the controller cannot act on sets to False
+
+
+def invalid_condition(message: str, now: str) -> dict[str, Any]:
+    return {"type": VALID, "status": "False", "reason": "InvalidSpec", "message": message,
+            "lastTransitionTime": now}
+
+
+def with_condition(conditions: Iterable[Mapping[str, Any]], condition: Mapping[str, Any] | None,
+                   kind: str = VALID) -> list[dict[str, Any]]:
+    """``conditions`` with the one of type ``kind`` replaced by ``condition`` (None: removed);
+    an unchanged condition keeps its lastTransitionTime."""
+    out = [dict(c) for c in conditions if c.get("type") != kind]
+    old = next((dict(c) for c in conditions if c.get("type") == kind), None)
+    if condition is not None:
+        same = old is not None and all(old.get(k) == condition.get(k)
+                                       for k in ("status", "reason", "message"))
+        out.append(old if same and old is not None else dict(condition))
+    return out
 
 
 def domain_status(num_nodes: int, nodes: Sequence[Mapping[str, Any]]) -> str:

@@ -14,12 +14,22 @@ It publishes, per node, IMEX channel devices ``channel-<N>`` and one daemon devi
   the domain's status, ``DAEMON_PORT``), where a channel user finds its node's daemon. Not
   ready within ``READY_WAIT_S``: that claim's error, and the kubelet asks again.
 
+A channel claim must be in its domain's namespace (a domain is a tenant boundary, as in
+NVIDIA's driver), and a node is in one domain at a time: a channel claim of a second domain
+on a node whose label names a first, still existing one is refused (per claim, and an event on
+the second domain) until the first domain's workloads have left the node.
+
 Errors are per claim; records (one JSON file per prepared claim) make prepare idempotent and
-let a restarted plugin find its daemons again.
+let a restarted plugin find its daemons again. A daemon's own command line names its claim and
+this plugin's state dir, so the daemons running are found in /proc, not in a pid file written
+after the start (a kill -9 between the two left a daemon no one knew of). Daemons outlive a
+plugin restart (docs/gb200.md): they end when their claim is unprepared or its record is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import os
@@ -39,7 +49,6 @@ from kubernetes.client.exceptions import ApiException
 
 from fakegpu import fsutil
 from fakegpu.errors import FakegpuError, InvalidInput
-from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 from fakegpu.plugin import names as safe
 from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
@@ -48,7 +57,8 @@ from fakegpu.plugin.prepare import ClaimRef
 from fakegpu.plugin.server import PluginServers
 from fakegpu.plugin.sockets import socket_paths
 
-from . import fabric, kube
+from . import fabric, killpoint, kube
+from .connect import connect
 from .names import (
     CHANNEL,
     CHANNEL_CONFIG_KIND,
@@ -73,6 +83,9 @@ READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retri
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "imex"
 DAEMON_STOP_S = 5.0
+# Where the kill -9 tests stop the plugin (killpoint.py), in the order a prepare reaches them.
+KILL_STEPS = ("prepare-spec-written", "prepare-recorded", "daemon-starting",
+              "daemon-started")
 
 
 @dataclass(frozen=True)
@@ -191,6 +204,24 @@ def join_problem(names_: Names, cd: dict[str, Any], node: str, fab: fabric.NodeF
     return ""
 
 
+def tenant_problem(ref: ClaimRef, cd: dict[str, Any]) -> str:
+    """Why channel claim ``ref`` may not use domain ``cd``, or "": a claim names a domain of
+    its own namespace only (the domain UID in its config could be copied from any)."""
+    meta = cd["metadata"]
+    if meta["namespace"] == ref.namespace:
+        return ""
+    return (f"ResourceClaim {ref.namespace}/{ref.name} names ComputeDomain "
+            f"{meta['namespace']}/{meta['name']} of another namespace: a channel claim must "
+            f"be in its ComputeDomain's namespace ({meta['namespace']})")
+
+
+def daemon_cmdline_matches(argv: Sequence[str], uid: str, state_dir: str) -> bool:
+    """Whether ``argv`` is the IMEX daemon of claim ``uid`` started from ``state_dir``."""
+    pairs = set(itertools.pairwise(argv))
+    return ("computedomain", "daemon") in pairs and ("--claim-uid", uid) in pairs and (
+        "--state-dir", state_dir) in pairs
+
+
 def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str,
              daemon: str = "") -> dict[str, Any]:
     """The claim's CDI spec; ``daemon``: the node's IMEX daemon endpoint (channel claims)."""
@@ -236,6 +267,7 @@ class ComputeDomainDriver:
         self.api = api
         self.resource_version = resource_version  # kube.resource_version: the one rule
         self._lock = threading.Lock()  # one claim at a time: prepares wait on daemons anyway
+        self._refused: set[str] = set()  # claims told their node is in another domain
         self._claims = self.c.state_dir / "claims"
         self._daemons = self.c.state_dir / "daemons"
         self._claims.mkdir(parents=True, exist_ok=True)
@@ -288,6 +320,8 @@ class ComputeDomainDriver:
             raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: no ComputeDomain "
                              f"with UID {p.domain_uid}")
         domain_ref = f"{cd['metadata']['namespace']}/{cd['metadata']['name']}"
+        if p.kind == CHANNEL and (why := tenant_problem(ref, cd)):
+            raise ClaimError(why)
         pod = ""
         clique = ""
         daemon = ""
@@ -296,7 +330,10 @@ class ComputeDomainDriver:
             if why := join_problem(self.names, cd, self.c.node, fab):
                 raise ClaimError(why)
             clique = fab.clique
-            kube.label_node(self.api, self.c.node, self.names.label_key, p.domain_uid)
+            with self._lock:  # the check and the label as one step: one domain per node
+                if other := self._other_domain(p.domain_uid):
+                    self._refuse_second_domain(ref, cd, domain_ref, other)
+                kube.label_node(self.api, self.c.node, self.names.label_key, p.domain_uid)
             if ip := self._wait_ready(cd, domain_ref):
                 daemon = daemon_endpoint(ip)
         else:
@@ -319,12 +356,40 @@ class ComputeDomainDriver:
                                 json.dumps(cdi_spec(self.names, p, domain_ref, clique,
                                                     daemon)),
                                 mode=0o644)
+            killpoint.reached("prepare-spec-written")
             fsutil.atomic_write(self._claims / f"{ref.uid}.json", json.dumps(rec))
+            killpoint.reached("prepare-recorded")
             if p.kind == DAEMON:
                 self._ensure_daemon(ref.uid, rec)
         log.info("prepared %s claim=%s/%s uid=%s domain=%s", p.kind, ref.namespace, ref.name,
                  ref.uid, domain_ref)
         return prepared
+
+    def _other_domain(self, uid: str) -> dict[str, Any] | None:
+        """Another domain this node is in (its label, or a channel prepared here), if that
+        domain still exists and is not being deleted."""
+        node = kube.core(self.api).read_node(self.c.node, _request_timeout=kube.TIMEOUT_S)
+        candidates = {(node.metadata.labels or {}).get(self.names.label_key, ""),
+                      *(str(r.get("domain")) for r in self._records().values()
+                        if r.get("kind") == CHANNEL)} - {uid, ""}
+        for other in sorted(candidates):
+            cd = kube.find_domain(self.api, self.names, other)
+            if cd is not None and not cd["metadata"].get("deletionTimestamp"):
+                return cd
+        return None
+
+    def _refuse_second_domain(self, ref: ClaimRef, cd: dict[str, Any], domain_ref: str,
+                              other: dict[str, Any]) -> None:
+        om = other["metadata"]
+        why = (f"node {self.c.node} is in ComputeDomain {om['namespace']}/{om['name']}: a node "
+               f"is in one ComputeDomain at a time, so ComputeDomain {domain_ref} waits until "
+               "that domain's workloads have left the node")
+        if ref.uid not in self._refused:  # one event per claim, not one per kubelet retry
+            self._refused.add(ref.uid)
+            kube.event(self.api, self.names, cd, "NodeInOtherDomain",
+                       f"ResourceClaim {ref.namespace}/{ref.name}: {why}", warning=True,
+                       component="fakegpu-compute-domain-plugin")
+        raise ClaimError(why)
 
     def _wait_ready(self, cd: dict[str, Any], domain_ref: str) -> str:
         """Wait until this node's IMEX daemon is Ready in the domain; its pod IP."""
@@ -346,24 +411,33 @@ class ComputeDomainDriver:
 
     # --- daemons ---------------------------------------------------------------------------
 
-    def _pidfile(self, uid: str) -> Path:
-        return self._daemons / f"{uid}.pid"
-
-    def _daemon_pid(self, uid: str) -> int | None:
-        try:
-            pid = int(self._pidfile(uid).read_text())
-        except (OSError, ValueError):
-            return None
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                alive = uid.encode() in f.read()  # our daemon, not a reused pid
-        except OSError:
-            return None
-        return pid if alive else None
+    def _daemon_pids(self, uid: str) -> list[int]:
+        """The running IMEX daemons of claim ``uid`` (normally one), found by their command
+        line: what runs is the record, so no kill -9 can separate the two."""
+        state = str(self.c.state_dir)
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                raw = (entry / "cmdline").read_bytes()
+            except OSError:  # exited meanwhile, or not ours to read
+                continue
+            if daemon_cmdline_matches(raw.decode(errors="replace").split("\0"), uid, state):
+                found.append(int(entry.name))
+        return sorted(found)
 
     def _ensure_daemon(self, uid: str, rec: dict[str, Any]) -> None:
-        if self._daemon_pid(uid) is not None:
+        """The claim's one daemon: the one running adopted (extra ones, which an older
+        plugin could leave, stopped), or one started."""
+        running = self._daemon_pids(uid)
+        if running:
+            if len(running) > 1:
+                log.warning("claim=%s has %d IMEX daemons: stopping all but pid %d", uid,
+                            len(running), running[0])
+                _terminate(running[1:])
             return
+        killpoint.reached("daemon-starting")
         namespace, _, pod = str(rec["pod"]).partition("/")
         argv = [sys.executable, "-m", "fakegpu", "computedomain", "daemon",
                 "--domain", self.names.domain, "--domain-uid", rec["domain"],
@@ -371,27 +445,16 @@ class ComputeDomainDriver:
                 "--claim-uid", uid, "--state-dir", str(self.c.state_dir),
                 *(["--kubeconfig", str(self.c.kubeconfig)] if self.c.kubeconfig else [])]
         with (self._daemons / f"{uid}.log").open("ab") as out:
+            # Its own session: a signal to the plugin's process group does not end it.
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        fsutil.atomic_write(self._pidfile(uid), str(proc.pid))
+        killpoint.reached("daemon-started")
         log.info("started IMEX daemon pid=%d claim=%s pod=%s domain=%s", proc.pid, uid,
                  rec["pod"], rec["domain"])
 
     def _stop_daemon(self, uid: str) -> None:
-        pid = self._daemon_pid(uid)
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGTERM)
-                deadline = time.monotonic() + DAEMON_STOP_S
-                while self._daemon_pid(uid) is not None and time.monotonic() < deadline:
-                    _reap()
-                    time.sleep(0.1)
-                if self._daemon_pid(uid) is not None:
-                    os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _reap()
-        self._pidfile(uid).unlink(missing_ok=True)
+        _terminate(self._daemon_pids(uid))
+        (self._daemons / f"{uid}.pid").unlink(missing_ok=True)  # an older plugin's pid file
 
     def restart_daemons(self) -> None:
         """At start: every prepared daemon claim gets its daemon again."""
@@ -399,10 +462,9 @@ class ComputeDomainDriver:
             if rec.get("kind") == DAEMON:
                 self._ensure_daemon(uid, rec)
 
-    def stop_daemons(self) -> None:
-        for uid, rec in self._records().items():
-            if rec.get("kind") == DAEMON:
-                self._stop_daemon(uid)
+    def running_daemons(self) -> int:
+        return sum(len(self._daemon_pids(uid)) for uid, rec in self._records().items()
+                   if rec.get("kind") == DAEMON)
 
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         out = {}
@@ -439,6 +501,34 @@ class ComputeDomainDriver:
                     raise
         log.info("unprepared %s claim=%s/%s uid=%s", rec["kind"], ref.namespace, ref.name,
                  ref.uid)
+
+
+def _terminate(pids: Sequence[int]) -> None:
+    """SIGTERM (the daemon takes its node's entry out of the domain), SIGKILL after
+    ``DAEMON_STOP_S``."""
+    left = list(pids)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + DAEMON_STOP_S
+    while left and time.monotonic() < deadline:
+        _reap()
+        left = [pid for pid in left if _alive(pid)]
+        if left:
+            time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _reap()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, exited but not yet collected by its parent, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _reap() -> None:
@@ -495,14 +585,15 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
             raise InvalidInput(why)
     cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root,
                  state_dir or kubelet_root / "plugins" / driver_name)
-    try:
-        api = kubeapi.connect(kubeconfig)
-    except Exception as err:
-        raise FakegpuError(f"cannot reach the apiserver: {err}") from err
+    api = connect(kubeconfig)
     version = kube.resource_version(api)
     driver = ComputeDomainDriver(cfg, api, version)
     paths = socket_paths(kubelet_root, driver_name)
-    publish(api, names_, node, version)
+    try:
+        publish(api, names_, node, version)
+    except ApiException as err:
+        raise FakegpuError(f"cannot publish node {node}'s ResourceSlice: {err.status} "
+                           f"{err.reason}") from err
     driver.restart_daemons()
     stop = stop or threading.Event()
 
@@ -517,7 +608,9 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     while not stop.wait(2.0):
         _reap()
     servers.stop(10.0)
-    driver.stop_daemons()
+    # The IMEX daemons stay (docs/gb200.md): a plugin restart (an upgrade) must not take the
+    # domains down; the next plugin adopts them, unprepare ends them.
+    log.info("stopping; %d IMEX daemons keep running", driver.running_daemons())
     try:
         unpublish(api, names_, node, version)
     except Exception as err:

@@ -6,6 +6,7 @@ controller: driven by watch events (not by its resync), and stopped cleanly by S
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -18,12 +19,12 @@ import pytest
 from kubernetes import client
 
 from fakegpu.cluster import computedomains
-from fakegpu.computedomain import kube, objects
-from fakegpu.computedomain.controller import Config, Controller
+from fakegpu.computedomain import killpoint, kube, objects
+from fakegpu.computedomain.controller import KILL_STEPS, Config, Controller
 from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver
-from fakegpu.deploy.manifests import NAMESPACE, Install
+from fakegpu.deploy.manifests import NAMESPACE
 from fakegpu.kube import api as kubeapi
-from fakegpu.wait import NotYet, wait_for
+from fakegpu.wait import NotYet, WaitTimeout, wait_for
 
 pytestmark = pytest.mark.integration
 NAMES = for_gpu_driver("gpu.nvidia.com")
@@ -34,37 +35,18 @@ WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def apis(tmp_path_factory: pytest.TempPathFactory
+def apis(control_plane: tuple[client.ApiClient, Any], tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[client.ApiClient, client.ApiClient, Path]]:
     """(admin, the controller's own service account as the chart grants it, and that
     account's kubeconfig)."""
-    from fakegpu.cluster import binaries, install
-    from fakegpu.cluster.controlplane import ControlPlane
-    from fakegpu.errors import MissingPrerequisite
-
-    try:
-        bins = binaries.ensure()
-    except MissingPrerequisite as err:
-        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
-    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
-        c = kubeapi.connect(Path(cp.kubeconfig))
-        kubeapi.apply(c, install.objects(Install(driver="gpu.nvidia.com")))
-
-        def established() -> None:
-            try:
-                kube.list_domains(c, NAMES)
-            except client.ApiException as err:
-                raise NotYet(str(err.status)) from err
-
-        wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
-        assert cp.certs is not None
-        own_config = computedomains.controller_credentials(
-            c, tmp_path_factory.mktemp("sa"), server=cp.server, ca=cp.certs.ca.cert_path,
-            cluster="cp")
-        own = kubeapi.connect(own_config)
-        yield c, own, own_config
-        own.close()  # type: ignore[no-untyped-call]
-        c.close()  # type: ignore[no-untyped-call]
+    c, cp = control_plane
+    assert cp.certs is not None
+    own_config = computedomains.controller_credentials(
+        c, tmp_path_factory.mktemp("sa"), server=cp.server, ca=cp.certs.ca.cert_path,
+        cluster="cp")
+    own = kubeapi.connect(own_config)
+    yield c, own, own_config
+    own.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -175,12 +157,35 @@ def test_a_bad_spec_is_an_event_on_the_domain(api: client.ApiClient,
     events = [e for e in core.list_namespaced_event("taken").items
               if e.reason == "InvalidSpec"]
     assert events and "ResourceClaimTemplate taken/mine exists" in events[0].message
+    # ...and a condition on it (status NotReady), so `kubectl get -o yaml` says it too.
+    status = kube.get_domain(api, NAMES, "taken", "d")["status"]
+    [valid] = status["conditions"]
+    assert (valid["type"], valid["status"], valid["reason"]) == ("Valid", "False", "InvalidSpec")
+    assert "ResourceClaimTemplate taken/mine exists" in valid["message"]
+    assert status["status"] == "NotReady"
+    # The name freed: the next pass makes the template and the condition goes.
+    custom.delete_namespaced_custom_object("resource.k8s.io", "v1", "taken",
+                                           "resourceclaimtemplates", "mine")
+    controller.reconcile_all()
+    assert "conditions" not in kube.get_domain(api, NAMES, "taken", "d")["status"]
     with pytest.raises(client.ApiException) as refused:
         custom.create_namespaced_custom_object(NAMES.group, VERSION, "taken", PLURAL, {
             "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "x"},
             "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "t"},
                                                 "allocationMode": "Some"}}})
     assert refused.value.status == 422
+
+
+@pytest.mark.parametrize("name", ["Bad_Name!", "UPPER", "x" * 300, "../x"])
+def test_the_crd_refuses_a_template_name_that_is_no_object_name(api: client.ApiClient,
+                                                                name: str) -> None:
+    custom: Any = client.CustomObjectsApi(api)
+    with pytest.raises(client.ApiException) as refused:
+        custom.create_namespaced_custom_object(NAMES.group, VERSION, "default", PLURAL, {
+            "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "n"},
+            "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": name}}}})
+    assert refused.value.status == 422
+    assert "spec.channel.resourceClaimTemplate.name" in str(refused.value.body)
 
 
 # --- the running controller ---------------------------------------------------------------------
@@ -329,3 +334,56 @@ def test_the_controller_process_stops_cleanly_on_sigterm(
     assert "controller stopped" in text, text
     assert "Traceback" not in text, text
     assert not [line for line in text.splitlines() if "WARNING" in line], text
+
+
+@pytest.mark.parametrize("step", KILL_STEPS)
+def test_a_controller_killed_at_any_step_converges_when_started_again(
+        apis: tuple[client.ApiClient, client.ApiClient, Path], tmp_path: Path,
+        step: str) -> None:
+    api, _, kubeconfig = apis
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    apps: Any = client.AppsV1Api(api)
+    ns = f"ck-{step}"
+    core.create_namespace({"metadata": {"name": ns}})
+    cd = custom.create_namespaced_custom_object(NAMES.group, VERSION, ns, PLURAL, {
+        "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "k"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "k-ch"}}}})
+    uid = cd["metadata"]["uid"]
+    argv = [sys.executable, "-m", "fakegpu", "computedomain", "controller",
+            "--domain", NAMES.domain, "--namespace", NAMESPACE, "--daemon-image", "img:1",
+            "--kubeconfig", str(kubeconfig), "--resync", str(RESYNC_S)]
+    log = tmp_path / "controller.log"
+    # Only this domain has anything left to create: the step is reached on it.
+    with log.open("w") as out:
+        killed = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=WAIT_S * 4,
+                                env={**os.environ, killpoint.ENV: step})
+    assert killed.returncode == -signal.SIGKILL, log.read_text()
+    with log.open("a") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def converged() -> None:
+            now = kube.get_domain(api, NAMES, ns, "k")
+            selector = f"{NAMES.label_key}={uid}"
+            templates = custom.list_cluster_custom_object(
+                "resource.k8s.io", "v1", "resourceclaimtemplates",
+                label_selector=selector)["items"]
+            sets = apps.list_namespaced_daemon_set(NAMESPACE, label_selector=selector).items
+            state = (NAMES.finalizer in (now["metadata"].get("finalizers") or []),
+                     (now.get("status") or {}).get("status"), len(templates), len(sets))
+            if state != (True, "NotReady", 2, 1):
+                raise NotYet(f"finalizer, status, templates, DaemonSets: {state}")
+
+        try:
+            # A process start on a loaded host comes on top (still below the resync).
+            wait_for(converged, what="the domain's objects after the restart",
+                     timeout=WAIT_S * 4, interval=0.2)
+        except WaitTimeout as err:
+            pytest.fail(f"{err}; the restarted controller: exit {proc.poll()}; the log:\n"
+                        f"{log.read_text()}")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

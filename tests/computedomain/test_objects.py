@@ -130,3 +130,32 @@ def test_an_apiserver_serving_only_v1beta1_is_refused_in_one_line(
     with pytest.raises(FakegpuError, match=r"^ComputeDomains need resource.k8s.io v1 or "
                                            r"v1beta2; the apiserver's newest is v1beta1$"):
         kube.resource_version(_Served(["v1beta1"]))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["Bad_Name!", "UPPER", "x" * 300, "../x", "a/b", "-a", "a-",
+                                  ""])
+def test_a_template_name_that_is_no_object_name_is_a_spec_error(name: str) -> None:
+    channel = {"resourceClaimTemplate": {"name": name}}
+    with pytest.raises(objects.SpecError) as err:
+        objects.parse(cd(channel=channel))
+    assert "spec.channel.resourceClaimTemplate.name" in str(err.value)
+    assert len(str(err.value)) < 300, "the message stays one readable line"
+
+
+@pytest.mark.parametrize("name", ["t", "imex-channel", "a.b-c.d", "x" * 253])
+def test_an_object_name_is_a_good_template_name(name: str) -> None:
+    channel = {"resourceClaimTemplate": {"name": name}}
+    assert objects.parse(cd(channel=channel)).template == name
+
+
+def test_the_valid_condition_is_set_kept_and_removed() -> None:
+    other = {"type": "Other", "status": "True"}
+    first = objects.invalid_condition("bad", "2026-01-01T00:00:00Z")
+    conditions = objects.with_condition([other], first)
+    assert conditions == [other, first]
+    # The same condition again keeps its transition time; another message is a new one.
+    later = objects.invalid_condition("bad", "2026-01-02T00:00:00Z")
+    assert objects.with_condition(conditions, later) == [other, first]
+    changed = objects.invalid_condition("worse", "2026-01-02T00:00:00Z")
+    assert objects.with_condition(conditions, changed) == [other, changed]
+    assert objects.with_condition(conditions, None) == [other]

@@ -108,3 +108,22 @@ def test_the_slice_publishes_channels_and_one_daemon() -> None:
     assert s["spec"]["devices"][0]["attributes"] == {"type": {"string": "channel"},
                                                      "id": {"int": 0}}
     assert s["metadata"]["ownerReferences"][0]["uid"] == "node-uid"
+
+
+def test_a_channel_claim_may_use_only_a_domain_of_its_own_namespace() -> None:
+    mine = {"metadata": {"namespace": "ns", "name": "d"}}
+    assert plugin.tenant_problem(REF, mine) == ""
+    theirs = {"metadata": {"namespace": "tenant-b", "name": "secret"}}
+    why = plugin.tenant_problem(REF, theirs)
+    assert "ResourceClaim ns/c names ComputeDomain tenant-b/secret of another namespace" in why
+    assert "must be in its ComputeDomain's namespace (tenant-b)" in why
+
+
+def test_a_daemon_is_known_by_its_command_line() -> None:
+    argv = ["/py", "-m", "fakegpu", "computedomain", "daemon", "--domain-uid", "d",
+            "--claim-uid", "u1", "--state-dir", "/s"]
+    assert plugin.daemon_cmdline_matches(argv, "u1", "/s")
+    assert not plugin.daemon_cmdline_matches(argv, "u2", "/s")  # another claim's
+    assert not plugin.daemon_cmdline_matches(argv, "u1", "/other")  # another plugin's
+    assert not plugin.daemon_cmdline_matches(["vi", "--claim-uid", "u1", "--state-dir", "/s"],
+                                             "u1", "/s")

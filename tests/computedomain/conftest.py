@@ -1,0 +1,46 @@
+"""One real kube-apiserver (no kubelets, no controllers) for the apiserver-backed
+ComputeDomain tests, with the chart's objects (the CRD, classes, RBAC) applied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from fakegpu.computedomain import kube
+from fakegpu.computedomain.names import for_gpu_driver
+from fakegpu.deploy.manifests import Install
+from fakegpu.kube import api as kubeapi
+from fakegpu.wait import NotYet, wait_for
+
+NAMES = for_gpu_driver("gpu.nvidia.com")
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[client.ApiClient, Any]]:
+    """(an admin client, the ControlPlane) once the ComputeDomain CRD is served."""
+    from fakegpu.cluster import binaries, install
+    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.errors import MissingPrerequisite
+
+    try:
+        bins = binaries.ensure()
+    except MissingPrerequisite as err:
+        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
+    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+        c = kubeapi.connect(Path(cp.kubeconfig))
+        kubeapi.apply(c, install.objects(Install(driver="gpu.nvidia.com")))
+
+        def established() -> None:
+            try:
+                kube.list_domains(c, NAMES)
+            except client.ApiException as err:
+                raise NotYet(str(err.status)) from err
+
+        wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
+        yield c, cp
+        c.close()  # type: ignore[no-untyped-call]
