@@ -169,6 +169,9 @@ def test_claim_for_more_gpus_than_any_node_has_stays_pending(
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
 
 
+# serial: it frees two GPUs and claims exactly those again: a parallel test could take them in
+# between.
+@pytest.mark.serial
 def test_deleting_pods_unprepares_and_frees_their_devices(
     fakegpu_cluster: ClusterInfo,
     k8s_client: Any,

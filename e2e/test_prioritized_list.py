@@ -46,6 +46,8 @@ def config_group(driver: str) -> str:
         else "resource.fakegpu.dev/v1beta1"
 
 
+# serial: every H100 held: parallel tests' GPUs would change which alternative it gets.
+@pytest.mark.serial
 def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
     fakegpu_cluster: ClusterInfo,
     fakegpu_topology: Topology,
