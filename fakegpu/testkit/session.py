@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fakegpu.testkit import prereq
+from fakegpu.testkit.costs import BRINGUP_PROPERTY
 from fakegpu.testkit.workers import FINISHED, Coordination, SharedOutcome
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class Outcome:
     skip: str | None = None
     error: str | None = None
     reused: bool = False
+    seconds: float | None = None  # how long this process took to bring it up
 
 
 @dataclass(frozen=True)
@@ -215,14 +218,16 @@ class E2ESession:
                       f"topology {topology.name}, Kubernetes "
                       f"{opts.k8s_version or 'newest supported'}); the first run builds the "
                       "binaries, which takes a long time")
+            started = time.monotonic()
             info = provider.up(name, topology, opts.k8s_version)
             _alias_images(info, opts.image_aliases)
+            seconds = time.monotonic() - started
         except Exception as err:  # every failure to come up is an error of the e2e tests
             return Outcome(error=f"bringing up cluster {name} failed: "
                                  f"{describe(err)}")
         self._say(f"fakegpu: cluster {info.name} is up (Kubernetes {info.k8s_version}, "
                   f"{len(info.nodes)} nodes, driver {info.driver_name})")
-        return Outcome(info=info)
+        return Outcome(info=info, seconds=seconds)
 
     def advance(self, topology: Path) -> None:
         """A test of ``topology`` is next: tell the other workers how far this one is, and
@@ -465,6 +470,11 @@ def run_protocol(session: E2ESession, item: pytest.Item, topology: Path
     session.advance(topology)
     if not wants_cluster(item):
         return (yield)
-    session.ensure(topology)
+    before = session.outcomes.get(topology)
+    outcome = session.ensure(topology)
+    if outcome is not before and outcome.info is not None and outcome.seconds is not None:
+        # In the JUnit XML, so the cost table shows bring-ups (``testkit.costs``).
+        item.user_properties.append((BRINGUP_PROPERTY,
+                                     f"{outcome.info.name}={outcome.seconds:.1f}"))
     with session.test_lock(topology, is_serial(item)):
         return (yield)
