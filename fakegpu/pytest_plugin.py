@@ -115,7 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session = E2ESession(config, options, Coordination(
             Path(workerinput[COORDINATION_KEY]), str(workerinput["workerid"]),
             int(workerinput["workercount"])))
-    elif workerinput is None and getattr(config.option, "dist", "no") != "no":
+    elif workerinput is None and _distributing(config):
         # The xdist controller runs no test: it hands the workers a shared directory, downs
         # what they left up and prints their summaries.
         directory = Path(tempfile.mkdtemp(prefix="fakegpu-xdist-"))
@@ -126,6 +126,11 @@ def pytest_configure(config: pytest.Config) -> None:
         session = E2ESession(config, options)
     config.stash[_SESSION] = session
     config.pluginmanager.register(_Hooks(session), "fakegpu-e2e-session")
+
+
+def _distributing(config: pytest.Config) -> bool:
+    """xdist's own test: workers will run the tests (``--dist`` alone, or ``-n 0``, starts none)."""
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", ()))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
