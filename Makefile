@@ -20,20 +20,35 @@ demo: $(STAMP)
 # NVIDIA's demo shapes (e2e/nvidia/) need the NVIDIA-compatible cluster of test-nvidia: the
 # other passes deselect them rather than list them as skipped (run alone, they say why they skip).
 ONLY_IN_TEST_NVIDIA := --deselect e2e/nvidia/
+# Tests run in parallel (pytest-xdist), each e2e test in its own namespace on the one cluster
+# of its topology; `serial` tests run alone (docs/testing.md). The e2e tests mostly wait on
+# the cluster, so more workers than the 2 cores pay; kind nodes are heavier, so fewer there.
+# PYTEST_WORKERS=0 runs everything in this one process, as before.
+PYTEST_WORKERS ?= 4
+KIND_WORKERS ?= 2
+XDIST = -n $(1) $(if $(filter 0,$(1)),,--dist load)
+# After the passes, also when one fails: the slowest test files and each bring-up.
+COSTS = $(VENV)/bin/python -m fakegpu.testkit.costs
+REPORTS = reports/junit.xml $(if $(strip $(PYTEST_ARGS)),,reports/junit-nvidia.xml \
+	reports/junit-kind.xml)
 test: $(STAMP)
 	$(VENV)/bin/fakegpu cluster binaries
-	$(VENV)/bin/python -m pytest --junitxml=reports/junit.xml \
-		$(if $(strip $(PYTEST_ARGS)),$(PYTEST_ARGS),$(ONLY_IN_TEST_NVIDIA))
-ifeq ($(strip $(PYTEST_ARGS)),)
-	$(MAKE) --no-print-directory test-nvidia
-	$(MAKE) --no-print-directory test-kind
-endif
+	@rm -f $(REPORTS)
+	@status=0; \
+	$(VENV)/bin/python -m pytest $(call XDIST,$(PYTEST_WORKERS)) --junitxml=reports/junit.xml \
+		$(if $(strip $(PYTEST_ARGS)),$(PYTEST_ARGS),$(ONLY_IN_TEST_NVIDIA)) || status=$$?; \
+	if [ $$status -eq 0 ] && [ -z "$(strip $(PYTEST_ARGS))" ]; then \
+		$(MAKE) --no-print-directory test-nvidia || status=$$?; \
+		[ $$status -ne 0 ] || $(MAKE) --no-print-directory test-kind || status=$$?; \
+	fi; \
+	$(COSTS) $(REPORTS); exit $$status
 
 # NVIDIA's demo shapes (e2e/nvidia/) run here: their manifests name ubuntu:22.04 and a CUDA
 # base image, pre-loaded as tags of the workload image (--fakegpu-image-alias).
 NVIDIA_IMAGES := ubuntu:22.04 nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04
 test-nvidia: $(STAMP)
-	$(VENV)/bin/python -m pytest fakegpu/conformance e2e/test_nvidia_compatible.py \
+	$(VENV)/bin/python -m pytest $(call XDIST,$(PYTEST_WORKERS)) fakegpu/conformance \
+		e2e/test_nvidia_compatible.py \
 		e2e/test_computedomain.py e2e/test_basic_allocation.py e2e/nvidia --fakegpu-driver nvidia \
 		$(foreach image,$(NVIDIA_IMAGES),--fakegpu-image-alias $(image)) \
 		--cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
@@ -42,7 +57,8 @@ test-nvidia: $(STAMP)
 # it takes about 25 min (test-upgrade-kind runs it; docs/upgrades.md). The conformance suite
 # runs here too (e2e/ leaves to it what it checks), its report beside the embedded pass's.
 test-kind: $(STAMP)
-	$(VENV)/bin/python -m pytest e2e tests/kind fakegpu/conformance -m e2e --fakegpu-provider kind \
+	$(VENV)/bin/python -m pytest $(call XDIST,$(KIND_WORKERS)) e2e tests/kind fakegpu/conformance \
+		-m e2e --fakegpu-provider kind \
 		--deselect e2e/test_upgrade.py $(ONLY_IN_TEST_NVIDIA) --junitxml=reports/junit-kind.xml \
 		--conformance-report reports/conformance/kind
 

@@ -120,6 +120,9 @@ def test_a_four_node_domain_gets_ready_and_its_pods_see_the_channel_then_leave_n
     wait_nothing_left(k8s_client, names, namespace, "four", uid, timeout=TIMEOUT)
 
 
+# serial: a degraded fabric and a killed IMEX daemon take their node out of every parallel test's
+# domain.
+@pytest.mark.serial
 def test_a_degraded_fabric_and_a_killed_imex_daemon_show_in_the_domain_status(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
     namespace: str, names: Names, publishing_nodes: list[str],
@@ -190,6 +193,8 @@ def _event_about(core: kclient.CoreV1Api, namespace: str, involved: str, reason:
     return seen
 
 
+# serial: a degraded fabric keeps its node out of every parallel test's domain.
+@pytest.mark.serial
 def test_a_node_whose_fabric_is_degraded_cannot_join(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
     namespace: str, names: Names, publishing_nodes: list[str],

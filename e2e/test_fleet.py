@@ -107,6 +107,8 @@ def test_selector_schedules_onto_a_simulated_node(
     assert node is not None and node.startswith("sim-a100-"), node
 
 
+# serial: it injects a fault and pins claims to exact GPUs that parallel tests could hold.
+@pytest.mark.serial
 def test_device_taints_on_simulated_nodes_keep_claims_off(
     fakegpu_cluster: ClusterInfo, fakegpu_topology: Topology, core_v1: kclient.CoreV1Api,
     resource_api: ResourceApi, namespace: str, fault_guard: list[tuple[str, int]],
@@ -173,6 +175,8 @@ def _cli(cluster: ClusterInfo, *args: str) -> None:
                    check=True, capture_output=True, text=True, timeout=300)
 
 
+# serial: node stop/start: the node's pods and slices go away under parallel tests.
+@pytest.mark.serial
 def test_a_stopped_simulated_node_is_not_ready_and_withdrawn(
     fakegpu_cluster: ClusterInfo, resource_api: ResourceApi,
 ) -> None:

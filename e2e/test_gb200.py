@@ -33,6 +33,8 @@ CHANNEL_TEMPLATE = "bw-imex-channel"
 TIMEOUT = 180.0
 
 
+# serial: one pod per node holds all its GPUs (every GPU of the cluster).
+@pytest.mark.serial
 def test_without_a_domain_nvlink_stays_inside_each_node_and_a_degraded_gpu_shows(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
     namespace: str, fakegpu_topology: Topology, fault_guard: list[tuple[str, int]],
@@ -83,6 +85,8 @@ def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
     cdkit.wait_gone(k8s_client, names, namespace, "bandwidth", timeout=TIMEOUT)
 
 
+# serial: one pod per node holds all its GPUs, and it kills an IMEX daemon other domains need.
+@pytest.mark.serial
 def test_with_a_domain_every_pair_gets_nvlink_and_a_degraded_gpu_or_a_killed_imex_daemon_shows(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
     resource_api: ResourceApi, namespace: str, fakegpu_topology: Topology,

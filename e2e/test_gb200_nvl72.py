@@ -45,6 +45,8 @@ DOMAIN = "nvl72"
 TIMEOUT = 300.0
 
 
+# serial: it holds all 72 GPUs of the cluster.
+@pytest.mark.serial
 def test_an_18_node_domain_gives_all_72_gpus_nvlink_and_leaves_nothing_when_deleted(
     fakegpu_cluster: ClusterInfo, fakegpu_topology: Topology, k8s_client: Any,
     core_v1: kclient.CoreV1Api, resource_api: ResourceApi, namespace: str,

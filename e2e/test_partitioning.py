@@ -133,6 +133,8 @@ def test_a_mig_profile_selector_gives_the_pod_that_mig_device(
     assert visible_gpus(env)[0].startswith("MIG-")
 
 
+# serial: it needs all four MIG devices of the only GPU that has them.
+@pytest.mark.serial
 def test_the_quickstart_demos_four_mig_devices_of_one_gpu_in_one_pod(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -156,6 +158,8 @@ def test_the_quickstart_demos_four_mig_devices_of_one_gpu_in_one_pod(
     assert sorted(visible_gpus(env)) == sorted(d[f"{driver}/uuid"] for _, d in got)
 
 
+# serial: it needs a 1g+2g+3g set from each of both MIG GPUs (every 2g.10gb and 3g.20gb there is).
+@pytest.mark.serial
 def test_parent_constraint_keeps_each_claim_on_one_gpu(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -183,6 +187,8 @@ def test_parent_constraint_keeps_each_claim_on_one_gpu(
     assert parents[0] != parents[1], "two pods were given MIG devices of the same GPU"
 
 
+# serial: it needs the only whole A100 of the cluster.
+@pytest.mark.serial
 def test_a_gpu_in_mig_mode_is_not_offered_whole(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -253,6 +259,8 @@ def status_uuids(api: ResourceApi, namespace: str, pod: Any, pod_claim: str) -> 
             for d in (claim.get("status") or {}).get("devices") or []]
 
 
+# serial: it requires the dynamic-MIG H100 to hold no MIG device but its own, before and after.
+@pytest.mark.serial
 def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -298,6 +306,8 @@ def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
     wait_for(destroyed, what="the pods' MIG devices to be destroyed", timeout=120)
 
 
+# serial: it fills a GPU with partitions.
+@pytest.mark.serial
 def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -346,6 +356,8 @@ def test_seven_1g_claims_fill_the_h100_and_an_eighth_waits_for_one_to_go(
     assert uuid.startswith("MIG-") and uuid not in [uuids[n] for n in running[1:]]
 
 
+# serial: it fills a GPU with partitions and then needs that GPU whole.
+@pytest.mark.serial
 def test_a_whole_gpu_claim_waits_until_the_partitions_are_gone(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -516,6 +528,8 @@ def memory_request(api: ResourceApi, driver: str, uuid: str, memory: str) -> dic
     return request
 
 
+# serial: it fills the memory of the GPU shared by memory.
+@pytest.mark.serial
 def test_claims_share_a_gpu_by_memory_and_one_that_does_not_fit_waits(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,

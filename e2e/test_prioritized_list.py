@@ -41,6 +41,8 @@ def whole_gpus(topology: Topology, architecture: str) -> dict[str, int]:
     return out
 
 
+# serial: every H100 held: parallel tests' GPUs would change which alternative it gets.
+@pytest.mark.serial
 def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
     fakegpu_cluster: ClusterInfo,
     fakegpu_topology: Topology,

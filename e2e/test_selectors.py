@@ -100,6 +100,8 @@ def all_matching(resource_api: ResourceApi, driver: str, cel: str) -> dict[str, 
     return resource_api.device_request("gpus", driver, count=None, cel=[cel])
 
 
+# serial: allocationMode: All on one node: every matching GPU of that node must be free.
+@pytest.mark.serial
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_selector_picks_exactly_the_gpus_the_topology_says(
     case: Case,

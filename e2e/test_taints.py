@@ -72,6 +72,9 @@ def wait_claim_gone(resource_api: ResourceApi, namespace: str, name: str) -> Non
     wait_for(gone, what=f"claim {namespace}/{name} to be deleted", timeout=120)
 
 
+# serial: it frees one exact GPU and waits for its own pending claim to land there once the taint
+# lifts: a parallel test could take it.
+@pytest.mark.serial
 def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
@@ -150,6 +153,9 @@ def taint_rule_version(api: Any) -> str | None:
     return None
 
 
+# serial: a NoExecute DeviceTaintRule on a whole node's pool would evict the pods of parallel
+# tests.
+@pytest.mark.serial
 def test_device_taint_rule_no_execute_evicts_only_pods_that_do_not_tolerate_it(
     fakegpu_cluster: ClusterInfo,
     k8s_client: Any,

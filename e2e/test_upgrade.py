@@ -41,7 +41,8 @@ from fakegpu.testkit.wait import NotYet, wait_for
 # Both providers. `make test` runs it on embedded only (its kind pass deselects it): on kind
 # the project's 2-core VM starts about 1 pod/s in all, so the suite passes there at 0.25 pod/s
 # per node (`make test-upgrade-kind`, about 25 min), too long for CI's budget (docs/upgrades.md).
-pytestmark = [pytest.mark.e2e]
+# serial: every test replaces or kills the plugin of the nodes its load runs on.
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 # Pods per second per node (the floor); FAKEGPU_UPGRADE_LOAD_RATE changes it, e.g. on a
 # host too small to start that many pods (they queue, and the suite takes longer).

@@ -140,6 +140,12 @@ def record(*call):
         f.write(json.dumps(list(call)) + "\\n")
 
 
+def calls():
+    if not CALLS.exists():
+        return []
+    return [json.loads(line) for line in CALLS.read_text().splitlines()]
+
+
 def info(name, topology, version):
     kubeconfig = HERE / "kubeconfig"
     kubeconfig.write_text(
@@ -171,7 +177,11 @@ class FakeProvider:
     def status(self, name):
         record("status", name)
         running = SETTINGS.get("running")
-        return info(name, running, None) if running else None
+        if running:
+            return info(name, running, None)
+        # Like a real provider: a cluster that one process brought up is running for all.
+        ups = [c for c in calls() if c[1] == name and c[0] in ("up", "down")]
+        return info(name, ups[-1][2], ups[-1][3]) if ups and ups[-1][0] == "up" else None
 
     def logs(self, name, out):
         record("logs", name)
@@ -347,12 +357,15 @@ def test_deselected_e2e_tests_bring_up_nothing(pytester: pytest.Pytester,
     assert _calls(pytester) == []
 
 
+@pytest.mark.parametrize("xdist", [(), ("-n", "0")], ids=["plain", "n0"])
 def test_one_cluster_per_session_and_down_at_the_end(pytester: pytest.Pytester,
-                                                     apiserver: FakeApiserver) -> None:
+                                                     apiserver: FakeApiserver,
+                                                     xdist: tuple[str, ...]) -> None:
+    # `-n 0` (pytest-xdist installed, no workers) is the same run as without xdist.
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--k8s-version", "1.35",
-                                "--cluster-name", "ci-1")
+    result = _run(pytester, *xdist, "--topology", str(topology), "--k8s-version", "1.35",
+                  "--cluster-name", "ci-1")
     result.assert_outcomes(failed=1, passed=1)
     assert _calls(pytester) == [["up", "ci-1", str(topology), "1.35"], ["logs", "ci-1"],
                                 ["down", "ci-1"]]
@@ -588,3 +601,170 @@ def test_one(fakegpu_cluster):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_one: put the topology marker on the module*"])
     assert _calls(pytester) == []
+
+
+# --- pytest-xdist: one cluster per topology for all workers, serial tests alone ----------------
+
+XDIST_E2E_TESTS = '''
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_parallel(fakegpu_cluster, namespace, n):
+    assert fakegpu_cluster.name == "ci"
+'''
+
+
+def test_xdist_workers_share_one_bring_up_and_the_controller_summarises(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver, up_seconds=2)
+    pytester.makepyfile(test_a=XDIST_E2E_TESTS, test_b=XDIST_E2E_TESTS)
+    result = _run(pytester, "-n", "2", "--topology", str(topology), "--cluster-name", "ci")
+    result.assert_outcomes(passed=8)
+    kinds = [c[0] for c in _calls(pytester)]
+    # The first worker brought it up, the other found it running; the last one took it down.
+    assert (kinds.count("up"), kinds.count("down")) == (1, 1)
+    assert kinds[-1] == "down"
+    assert len(apiserver.deleted) == 8 and not apiserver.namespaces
+    result.stdout.fnmatch_lines(["*fakegpu e2e: cluster ci brought up (embedded, "
+                                 "Kubernetes 1.37.2, 2 nodes)*"])
+    assert result.stdout.str().count("fakegpu e2e: cluster ci brought up") == 1
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_cluster_that_fails_to_come_up_did_not_run_with_and_without_xdist(
+        pytester: pytest.Pytester, apiserver: FakeApiserver, workers: str) -> None:
+    topology = _fake_setup(pytester, apiserver, fail_up=True)
+    pytester.makepyfile(test_a=XDIST_E2E_TESTS, test_unit=UNIT_TEST)
+    result = _run(pytester, "-n", workers, "--topology", str(topology), "--cluster-name", "ci")
+    result.assert_outcomes(passed=1, errors=4)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert [c[0] for c in _calls(pytester)] == ["up"]  # tried once, whatever the workers
+    result.stdout.fnmatch_lines(["*THE FAKEGPU E2E SUITE DID NOT RUN: NO CLUSTER*",
+                                 "*kube-apiserver exited 1: boom*"])
+    assert result.stdout.str().count("DID NOT RUN") == 1
+
+
+def test_a_missing_prerequisite_says_did_not_run_on_the_xdist_controller(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    (pytester.path / "conftest.py").write_text(
+        (pytester.path / "conftest.py").read_text() + """
+def pytest_sessionstart(session):
+    _patches.setattr(prereq, "missing_prerequisites", lambda provider, facts: ["no docker"])
+""")
+    pytester.makepyfile(test_a=XDIST_E2E_TESTS)
+    result = _run(pytester, "-n", "2", "--topology", str(topology))
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(["*THE FAKEGPU E2E SUITE DID NOT RUN*",
+                                 "*4 E2E TEST(S) SKIPPED. MISSING PREREQUISITE*no docker*"])
+    assert _calls(pytester) == []
+
+
+def test_xdist_keep_cluster_leaves_it_up(pytester: pytest.Pytester,
+                                         apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_a=XDIST_E2E_TESTS)
+    result = _run(pytester, "-n", "2", "--topology", str(topology), "--cluster-name", "ci",
+                  "--keep-cluster")
+    result.assert_outcomes(passed=4)
+    kinds = [c[0] for c in _calls(pytester)]
+    assert kinds.count("up") == 1 and "down" not in kinds
+    result.stdout.fnmatch_lines(["*cluster ci left running (--keep-cluster)*"])
+
+
+SERIAL_TESTS = '''
+import os
+import time
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+EVENTS = os.path.join(os.path.dirname(__file__), "events.log")
+
+
+def note(what):
+    with open(EVENTS, "a") as f:  # one short append per line: whole lines, any order
+        f.write(what + "\\n")
+
+
+def hold(name):
+    note("start " + name)
+    time.sleep(0.3)  # long enough that an unlocked neighbour would overlap
+    note("end " + name)
+
+
+@pytest.mark.serial
+def test_serial_first(fakegpu_cluster):
+    hold("serial_first")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_parallel(fakegpu_cluster, n):
+    hold(f"parallel{n}")
+
+
+@pytest.mark.serial
+def test_serial_second(fakegpu_cluster):
+    hold("serial_second")
+'''
+
+
+def _open_at_each_start(events: list[str]) -> dict[str, set[str]]:
+    """For each test, the tests that were running when it started or ran while it did."""
+    running: set[str] = set()
+    beside: dict[str, set[str]] = {}
+    for line in events:
+        what, name = line.split()
+        if what == "start":
+            beside[name] = set(running)
+            for other in running:
+                beside[other].add(name)
+            running.add(name)
+        else:
+            running.discard(name)
+    return beside
+
+
+def test_serial_tests_run_alone_across_xdist_workers(pytester: pytest.Pytester,
+                                                     apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makepyfile(test_serial=SERIAL_TESTS)
+    result = _run(pytester, "-n", "3", "--strict-markers", "--topology", str(topology))
+    result.assert_outcomes(passed=8)
+    events = (pytester.path / "events.log").read_text().splitlines()
+    assert len(events) == 16
+    beside = _open_at_each_start(events)
+    assert beside["serial_first"] == set() and beside["serial_second"] == set(), events
+
+
+def test_serial_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile('''
+import pytest
+
+@pytest.mark.serial
+def test_alone():
+    pass
+''')
+    result = pytester.runpytest("--strict-markers")
+    result.assert_outcomes(passed=1)
+    assert "serial: an e2e test that must run alone" in pytester.runpytest(
+        "--markers").stdout.str()
+
+
+def test_xdist_topologies_each_come_up_once_and_go_down(
+        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    (pytester.path / "conftest.py").write_text(
+        (pytester.path / "conftest.py").read_text() + TOPOLOGY_PATH_CONFTEST)
+    (pytester.path / "mig.yaml").write_text("name: mig\n")
+    pytester.makepyfile(test_a_mig=OWN_TOPOLOGY_TESTS, test_b_default=DEFAULT_TOPOLOGY_TESTS,
+                        test_c_unit=UNIT_TEST)
+    result = _run(pytester, "-n", "2", "--topology", str(topology), "--cluster-name", "ci")
+    result.assert_outcomes(passed=4)
+    ups = sorted(c[1] for c in _calls(pytester) if c[0] == "up")
+    downs = sorted(c[1] for c in _calls(pytester) if c[0] == "down")
+    assert ups == downs == ["ci", "ci-mig"]
+    result.stdout.fnmatch_lines(["*cluster ci brought up*", "*cluster ci-mig brought up*"])

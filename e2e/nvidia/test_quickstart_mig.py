@@ -18,6 +18,8 @@ REQUESTS = {"ctr0": "mig-1g-5gb-0", "ctr1": "mig-1g-5gb-1", "ctr2": "mig-2g-10gb
             "ctr3": "mig-3g-20gb"}
 
 
+# serial: NVIDIA's gpu-test4: all four MIG devices of the only GPU that has them.
+@pytest.mark.serial
 def test_mig_devices_of_one_parent_one_per_container(quickstart: Any) -> None:  # gpu-test4
     quickstart.apply("gpu-test4")
     pod = quickstart.running("pod")

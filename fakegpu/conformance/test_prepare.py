@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client as kclient
 
 from fakegpu.testkit import k8s
@@ -61,6 +62,9 @@ def test_standalone_claim_prepared(target: Target, core: kclient.CoreV1Api, rapi
     assert len(_check_prepared(core, rapi, target, ns, pod, claim)) == 1
 
 
+# serial: it frees two devices and claims exactly those again: a parallel test could take them
+# in between.
+@pytest.mark.serial
 def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,
                                ns: str) -> None:
     req = rapi.device_request("dev", target.device_class)

@@ -38,6 +38,8 @@ def _rule_version(api: Any) -> str | None:
     return None
 
 
+# serial: it pins a claim to one device, which a parallel test could hold when the rule goes.
+@pytest.mark.serial
 def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
                                                 core: kclient.CoreV1Api, rapi: ResourceApi,
                                                 ns: str) -> None:
