@@ -193,6 +193,8 @@ def _clear(args: argparse.Namespace) -> int:
 def _smi(args: argparse.Namespace) -> int:
     from fakegpu.nvml import smi, smitable
 
+    if args.cluster is None and args.provider is not None:
+        raise InvalidInput("--provider needs --cluster")
     if args.cluster is not None:
         # The node's fakegpu reads the data; this one renders it for this terminal.
         remote = _cluster_output(args, ["smi", "-o", "json"])
