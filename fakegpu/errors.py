@@ -6,6 +6,7 @@ Exit codes (documented in README.md, a contract for scripts):
   2  invalid input: a bad topology, bad arguments, a bad request
   3  a prerequisite is missing on this host (a tool, root, a kernel feature)
   130 interrupted
+  141 the reader of the output went away (a closed pipe: 128 + SIGPIPE, as other tools)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ EXIT_FAILED = 1
 EXIT_INVALID = 2
 EXIT_PREREQ = 3
 EXIT_INTERRUPTED = 130
+EXIT_CLOSED_PIPE = 141
 
 
 class FakegpuError(Exception):

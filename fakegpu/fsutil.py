@@ -1,4 +1,4 @@
-"""The one atomic file write of fakegpu.
+"""The one atomic file write of fakegpu (and the one bounded read of a user's input file).
 
 Every file a reader may look at while it is being replaced (NVML state, checkpoints, CDI specs,
 cluster state, images) goes through :func:`atomic_write`: a reader sees the old file or the
@@ -8,6 +8,7 @@ whole new one, and after a crash the rename is durable (file and directory are f
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -86,3 +87,30 @@ def remove_stale_temps(directory: str | Path, name: str) -> list[Path]:
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
     return removed
+
+
+def read_input(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of the user's file ``path`` (a ``what``, for messages), at most ``limit``.
+
+    Anything else is one-line InvalidInput naming the path: a FIFO (opened without blocking,
+    it would hang a plain read), a device such as /dev/zero (no end to read to), a directory,
+    a file over ``limit`` bytes, an unreadable one."""
+    from fakegpu.errors import InvalidInput, printable
+
+    where = printable(str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise InvalidInput(f"{where}: cannot read the {what}: {err.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInput(f"{where}: not a regular file, expected a {what}")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as err:
+        raise InvalidInput(f"{where}: cannot read the {what}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise InvalidInput(f"{where}: larger than {limit} bytes, expected a {what}")
+    return data

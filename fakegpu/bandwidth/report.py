@@ -8,7 +8,7 @@ from collections import Counter
 from itertools import groupby
 from pathlib import Path
 
-from fakegpu.errors import MissingPrerequisite
+from fakegpu.errors import InvalidInput, MissingPrerequisite, printable
 from fakegpu.fsutil import atomic_write
 
 from .results import Results
@@ -35,6 +35,13 @@ def heatmap_png(results: Results, title: str) -> bytes:
                                   ) from None
 
     matplotlib.use("Agg")  # no display; and set before pyplot is imported
+    # Node names, the unit and the title are data: "$...$" in them is text, not mathtext.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw(results, title)
+
+
+def _draw(results: Results, title: str) -> bytes:
+    import matplotlib
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -100,5 +107,10 @@ def markdown(results: Results) -> str:
 
 
 def write(results: Results, png: Path, table: Path, title: str) -> None:
-    atomic_write(png, heatmap_png(results, title))
-    atomic_write(table, markdown(results).encode())
+    """Both files, each replaced whole; a path the system refuses is one-line InvalidInput."""
+    for path, data in ((png, heatmap_png(results, title)), (table, markdown(results).encode())):
+        try:
+            atomic_write(path, data)
+        except OSError as err:
+            raise InvalidInput(f"{printable(str(path))}: cannot write: "
+                               f"{err.strerror or err}") from None

@@ -27,6 +27,7 @@ FORMAT = "fakegpu-bandwidth/1"
 RANK_FORMAT = "fakegpu-nvbandwidth/1"
 MAX_BYTES = 16 * 1024 * 1024
 MAX_GPUS = 2048
+MAX_SPEED = 1e9  # GB/s; NVLink 5 is 1,800
 _PATHS = {p.value for p in LinkPath}
 
 
@@ -86,6 +87,12 @@ def load(path: Path) -> Results:
     except json.JSONDecodeError as err:
         raise InvalidInput(f"{where}: not JSON ({err.msg} at line {err.lineno}), expected "
                            f"a {FORMAT} document") from None
+    except ValueError as err:  # an integer past Python's 4,300 digits
+        raise InvalidInput(f"{where}: not JSON we can read ({printable(str(err))[:120]}), "
+                           f"expected a {FORMAT} document") from None
+    except RecursionError:
+        raise InvalidInput(f"{where}: JSON nested deeper than Python's parser goes, expected "
+                           f"a {FORMAT} document") from None
     return parse(data, where)
 
 
@@ -106,10 +113,8 @@ def parse(data: Any, where: str) -> Results:
         nodes.append(printable(g["node"]))
         labels.append(f"{printable(g['node'])}/{g['index']}")
     n = len(gpus)
-    matrix = _square(data.get("bandwidth"), n, "bandwidth", bad,
-                     lambda v: v is None or (isinstance(v, (int, float))
-                                             and not isinstance(v, bool) and v >= 0),
-                     "null or a number >= 0")
+    matrix = _square(data.get("bandwidth"), n, "bandwidth", bad, _speed,
+                     f"null or a number from 0 to {MAX_SPEED:g}")
     paths = _square(data.get("paths"), n, "paths", bad, lambda v: v in _PATHS,
                     f"one of {', '.join(sorted(_PATHS))}")
     unit = data.get("unit")
@@ -118,6 +123,12 @@ def parse(data: Any, where: str) -> Results:
     return Results(tuple(nodes), tuple(labels),
                    tuple(tuple(None if v is None else float(v) for v in row) for row in matrix),
                    tuple(tuple(row) for row in paths), printable(unit))
+
+
+def _speed(value: Any) -> bool:
+    # Bounded: 10**400 has no float, Infinity and NaN (JSON extensions) no colour.
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and 0 <= value <= MAX_SPEED)
 
 
 def _square(raw: Any, n: int, field: str, bad: Any, ok: Any, what: str) -> list[list[Any]]:

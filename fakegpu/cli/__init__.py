@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from fakegpu import __version__
-from fakegpu.errors import EXIT_INTERRUPTED, EXIT_INVALID, FakegpuError
+from fakegpu.errors import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_INVALID, FakegpuError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_INVALID
     try:
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
+        sys.stdout.flush()  # a reader gone shows here, inside the handler, not at exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except FakegpuError as err:
         if args.verbose:
             logging.getLogger("fakegpu").exception("command failed")
@@ -56,6 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fakegpu: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``fakegpu ... | head -1``): stop quietly, as a program
+    killed by SIGPIPE does. Python's documented recipe: point stdout at /dev/null, so the
+    interpreter's flush at exit finds no pipe to fail on again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:

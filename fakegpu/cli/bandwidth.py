@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import EXIT_OK, FakegpuError, InvalidInput, printable
-from fakegpu.fsutil import atomic_write
+from fakegpu.errors import EXIT_OK, InvalidInput, printable
+from fakegpu.fsutil import atomic_write, read_input
 
 from . import add_verbose, show_help
 
@@ -72,6 +72,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InvalidInput(f"--network-gbps: {args.network_gbps:g}, expected a speed above 0")
     if args.timeout < 1:
         raise InvalidInput(f"--timeout: {args.timeout}, expected at least 1 second")
+    objects = None if args.filename is None else _manifest(args.filename)  # before any lookup
     info = nodenvml.find(args.cluster, args.provider).status(args.cluster)
     if info is None:
         raise InvalidInput(f"no cluster {args.cluster!r}")
@@ -81,8 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     core = kclient.CoreV1Api(api)
     selector = args.selector or launcher.LABEL
     namespace = args.namespace
-    if args.filename is not None:
-        objects = _manifest(args.filename)
+    if objects is not None:
         if namespace is None:
             namespace = next((o["metadata"]["name"] for o in objects
                               if o.get("kind") == "Namespace"), None)
@@ -103,27 +103,50 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _manifest(path: Path) -> list[dict[str, Any]]:
-    import yaml
-
-    from fakegpu.kube.manifests import load_manifests
+    """The objects of a manifest file, read as every untrusted input: a bounded read of a
+    regular file, then the guarded YAML reader (an alias bomb of 1 KB was a MemoryError)."""
+    from fakegpu.topology.yamlsafe import MAX_BYTES, YamlRejected, read_yaml_all
 
     where = printable(str(path))
+    data = read_input(path, MAX_BYTES, "manifest (YAML)")
     try:
-        return load_manifests(path)
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"{where}: cannot read: {printable(str(err))}") from None
-    except yaml.YAMLError as err:
-        raise InvalidInput(f"{where}: not YAML: {printable(str(err).splitlines()[0])}"
-                           ) from None
-    except FakegpuError as err:
-        raise InvalidInput(f"{where}: {err}") from None
+        documents = read_yaml_all(data)
+    except YamlRejected as err:
+        raise InvalidInput(err.problem.line(where)) from None
+    objects = []
+    for k, doc in enumerate(documents, 1):
+        if doc is None:
+            continue
+        metadata = doc.get("metadata") if isinstance(doc, dict) else None
+        if (not isinstance(doc, dict) or not isinstance(doc.get("apiVersion"), str)
+                or not isinstance(doc.get("kind"), str) or not isinstance(metadata, dict)
+                or not isinstance(metadata.get("name"), str)):
+            raise InvalidInput(f"{where}: document {k}: expected a Kubernetes object with "
+                               "apiVersion, kind and metadata.name")
+        objects.append(doc)
+    if not objects:
+        raise InvalidInput(f"{where}: no Kubernetes object, expected the bandwidth job's "
+                           "manifest (examples/gb200-bandwidth.yaml)")
+    return objects
+
+
+def _distinct(paths: dict[str, Path]) -> None:
+    """Refuse an output that is the input or the other output: the write would replace it."""
+    seen: dict[Path, str] = {}
+    for name, path in paths.items():
+        key = path.resolve()
+        if key in seen:
+            raise InvalidInput(f"{name}: {printable(str(path))} is also {seen[key]}, expected "
+                               "separate files (writing it would replace the other)")
+        seen[key] = name
 
 
 def _report(args: argparse.Namespace) -> int:
     from fakegpu.bandwidth import report, results
 
-    data = results.load(args.results)
     table = args.table or args.out.with_suffix(".md")
+    _distinct({"RESULTS.json": args.results, "--out": args.out, "--table": table})
+    data = results.load(args.results)
     title = args.title or (f"simulated GPU-to-GPU bandwidth ({data.unit}): "
                            f"{len(set(data.nodes))} nodes, {len(data.labels)} GPUs")
     report.write(data, args.out, table, title)

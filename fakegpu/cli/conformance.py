@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fakegpu.errors import EXIT_FAILED, InvalidInput, MissingPrerequisite
+from fakegpu.errors import EXIT_FAILED, InvalidInput, MissingPrerequisite, printable
 
 from . import add_verbose
 
@@ -60,6 +60,33 @@ def pytest_command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
+def _check_select(expression: str) -> None:
+    """-k as pytest will read it, before the suite starts (pytest's usage error is exit 4)."""
+    try:  # pytest's own parser; private, so an API it no longer has leaves -k to pytest
+        from _pytest.mark.expression import Expression
+    except ImportError:
+        return
+    try:
+        Expression.compile(expression)
+    except (SyntaxError, ValueError) as err:  # pytest 9 raises SyntaxError
+        why = err.msg if isinstance(err, SyntaxError) else str(err)
+        raise InvalidInput(f"-k: {printable(repr(expression))}: {printable(why)}, "
+                           "expected a pytest -k expression such as 'slices and not taint'"
+                           ) from None
+
+
+def _report_dir(path: Path) -> None:
+    where = printable(str(path))
+    if path.exists() and not path.is_dir():
+        raise InvalidInput(f"--report: {where}: not a directory, expected the directory "
+                           "for junit.xml and conformance.md")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InvalidInput(f"--report: {where}: cannot create the directory: "
+                           f"{err.strerror}") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     if not args.kubeconfig.is_file():
         raise InvalidInput(f"--kubeconfig: {args.kubeconfig}: no such file")
@@ -75,8 +102,10 @@ def _run(args: argparse.Namespace) -> int:
     except ImportError:
         raise MissingPrerequisite("the conformance suite runs with pytest: "
                                   "pip install 'fakegpu[conformance]'") from None
+    if args.select is not None:
+        _check_select(args.select)
     if args.report is not None:
-        args.report.mkdir(parents=True, exist_ok=True)
+        _report_dir(args.report)
     code = subprocess.run(pytest_command(args), check=False).returncode
     if code == _NO_TESTS:
         print("fakegpu: no conformance check ran (nothing collected or all deselected)",

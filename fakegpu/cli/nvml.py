@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
-from fakegpu.errors import EXIT_OK, InvalidInput, printable
+from fakegpu.errors import EXIT_OK, FakegpuError, InvalidInput, printable
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,6 +66,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          description="List GPUs, MIG devices and the NVLink matrix as NVML "
                                      "reports them (default: $FAKEGPU_NVML_STATE).")
     _node_args(smi, required=False, cluster=True)
+    smi.add_argument("-o", "--output", "--format", dest="output", choices=("table", "json"),
+                     default="table",
+                     help="table: the summary, fitted to the terminal; json: the same data")
     add_verbose(smi)
     smi.set_defaults(func=_smi)
 
@@ -140,21 +145,27 @@ def _existing_state(args: argparse.Namespace) -> Path:
 def _on_cluster(args: argparse.Namespace, command: list[str]) -> int | None:
     """With --cluster: run ``command`` against that cluster's node and relay its output and
     exit code (the node's state file may not be on this host); None without --cluster."""
-    from fakegpu.cluster import nodenvml
-
     if args.cluster is None:
         if args.provider is not None:
             raise InvalidInput("--provider needs --cluster")
         return None
+    res = _cluster_output(args, command)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    return res.returncode
+
+
+def _cluster_output(args: argparse.Namespace,
+                    command: list[str]) -> subprocess.CompletedProcess[str]:
+    """``fakegpu <command>`` run against --cluster's node --node, its output captured."""
+    from fakegpu.cluster import nodenvml
+
     if args.topology or args.state:
         raise InvalidInput("--cluster names the node's state itself: "
                            "drop --topology and --state")
     if not args.node:
         raise InvalidInput("--cluster needs --node NAME (a worker of that cluster)")
-    res = nodenvml.run(args.cluster, args.node, command, args.provider)
-    sys.stdout.write(res.stdout)
-    sys.stderr.write(res.stderr)
-    return res.returncode
+    return nodenvml.run(args.cluster, args.node, command, args.provider)
 
 
 def _inject(args: argparse.Namespace) -> int:
@@ -180,10 +191,27 @@ def _clear(args: argparse.Namespace) -> int:
 
 
 def _smi(args: argparse.Namespace) -> int:
-    from fakegpu.nvml import smi
+    from fakegpu.nvml import smi, smitable
 
-    rc = _on_cluster(args, ["smi"])
-    if rc is not None:
-        return rc
-    sys.stdout.write(smi.view(_existing_state(args)))
+    if args.cluster is None and args.provider is not None:
+        raise InvalidInput("--provider needs --cluster")
+    if args.cluster is not None:
+        # The node's fakegpu reads the data; this one renders it for this terminal.
+        remote = _cluster_output(args, ["smi", "-o", "json"])
+        if remote.returncode != 0:
+            sys.stdout.write(remote.stdout)
+            sys.stderr.write(remote.stderr)
+            return remote.returncode
+        try:
+            view = json.loads(remote.stdout)
+        except ValueError:
+            raise FakegpuError(f"fakegpu smi on node {args.node} printed no JSON view: "
+                               f"{printable(remote.stdout[:200])}") from None
+    else:
+        view = smi.read(_existing_state(args))
+    if args.output == "json":
+        json.dump(view, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        smitable.render(view, sys.stdout)
     return EXIT_OK

@@ -30,14 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fakegpu import drivers
-from fakegpu.errors import InvalidInput
+from fakegpu.errors import InvalidInput, printable
+from fakegpu.fsutil import read_input
+from fakegpu.topology.yamlsafe import YamlRejected, read_yaml
 
 from .checks import CAPABILITIES
 
 DEFAULT_SUPPORTS = ("slices", "prepare", "sharedClaims")
+MAX_BYTES = 64 * 1024  # a capabilities file is some 20 lines
 _TOP = ("driver", "deviceClass", "supports", "podSees")
 
 
@@ -127,25 +128,25 @@ def _pod_sees(doc: Any, where: str) -> PodSees | None:
 
 
 def load(path: Path) -> Capabilities:
+    """The capabilities file at ``path``, read like every untrusted input: a bounded read of
+    a regular file (never a FIFO's wait or /dev/zero's endless bytes), then fakegpu's guarded
+    YAML reader (UTF-8, no tags, text keys, bounded depth and aliases)."""
+    where = printable(str(path))
+    data = read_input(path, MAX_BYTES, "capabilities file (YAML)")
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise InvalidInput(f"{path}: cannot read the capabilities file: {err.strerror}"
-                           ) from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InvalidInput(f"{path}: not YAML: {str(err).splitlines()[0]}") from None
-    return parse(doc, str(path))
+        doc = read_yaml(data)
+    except YamlRejected as err:
+        raise InvalidInput(err.problem.line(where)) from None
+    return parse(doc, where)
 
 
 def packaged(driver: str) -> Capabilities:
     """What fakegpu's own plugin declares when it runs as ``driver``."""
     from importlib import resources
 
-    name = f"{drivers.key_of(driver)}.yaml"
+    name = "nvidia.yaml" if drivers.is_nvidia(driver) else "fakegpu.yaml"
     ref = resources.files("fakegpu.conformance").joinpath("capabilities", name)
-    doc = yaml.safe_load(ref.read_text())
+    doc = read_yaml(ref.read_bytes())
     doc["driver"] = driver
     doc["deviceClass"] = driver
     return parse(doc, f"fakegpu/conformance/capabilities/{name}")

@@ -29,15 +29,24 @@ class Outcome:
 def classify(outcome: str, when: str, reason: str) -> Outcome:
     """An outcome from one pytest report (``outcome`` passed/failed/skipped, its phase)."""
     if outcome == "failed":
-        last = reason.strip().splitlines()[-1][:200] if reason.strip() else ""
+        why = _failure_reason(reason)
         where = "failed" if when == "call" else f"error in {when}"
-        return Outcome("failed", f"{where}: {last}" if last else where)
+        return Outcome("failed", f"{where}: {why}" if why else where)
     if outcome == "skipped":
         for kind in (NOT_APPLICABLE, NOT_DECLARED):
             if reason.startswith(kind + ":"):
                 return Outcome(kind, reason[len(kind) + 1:].strip())
         return Outcome("skipped", reason)
     return Outcome("passed")
+
+
+def _failure_reason(longrepr: str) -> str:
+    """What went wrong, from pytest's failure text: its ``E`` lines (the exception and the
+    assertion's explanation), not the last line, which is only ``file.py:12: AssertionError``."""
+    lines = [line.rstrip() for line in longrepr.strip().splitlines()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    text = " ".join(e for e in errors if e) if errors else (lines[-1] if lines else "")
+    return text[:300] + ("..." if len(text) > 300 else "")
 
 
 def check_of(test_name: str) -> Check | None:

@@ -1,5 +1,8 @@
 """An nvidia-smi-like view of one node, read through NVML (pynvml on our library), never
-from the topology file: what it prints is what any NVML client on the node sees."""
+from the topology file: what it shows is what any NVML client on the node sees.
+
+``read`` gathers the view as plain data (``fakegpu smi -o json`` prints it as is);
+``fakegpu.nvml.smitable`` renders it as the summary table."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from . import env
 
 MATRIX_LIMIT = 16
 LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+COMPUTE_MODES = {0: "Default", 1: "E. Thread", 2: "Prohibited", 3: "E. Process"}
+MIB = 1024 * 1024
 
 
 @contextmanager
@@ -59,106 +64,127 @@ def _links(n: Any, h: Any) -> list[tuple[int, bool, str, int]]:
     return out
 
 
-def view(state_path: Path) -> str:
-    lines: list[str] = []
+def read(state_path: Path) -> dict[str, Any]:
+    """The node's GPUs, MIG devices, NVLinks and processes as NVML reports them; a value NVML
+    does not answer is None, a GPU whose handle it refuses is listed under ``lost``."""
     with nvml_session(state_path) as n:
         count = n.nvmlDeviceGetCount()
-        lines.append(f"Driver Version: {n.nvmlSystemGetDriverVersion()}   "
-                     f"CUDA Version: {n.nvmlSystemGetCudaDriverVersion_v2() / 1000:.1f}   "
-                     f"GPUs: {count}   state: {state_path}")
-        lines.append(f"{'GPU':>3}  {'Name':<24} {'Bus-Id':<17} {'Memory':>10}  {'MIG':<4} "
-                     f"{'Temp':>4} {'Power':>6}  {'Fabric (clique)':<44} UUID")
-        handles: list[Any] = []
-        bus_ids: list[str] = []
+        view: dict[str, Any] = {
+            "state": str(state_path), "driver_version": n.nvmlSystemGetDriverVersion(),
+            "cuda_version": _cuda(n.nvmlSystemGetCudaDriverVersion_v2()), "count": count,
+            "gpus": [], "lost": [], "mig_devices": [], "nvlink": None, "processes": [],
+        }
+        handles: dict[int, Any] = {}
         for i in range(count):
             try:
-                h = n.nvmlDeviceGetHandleByIndex(i)
+                handles[i] = n.nvmlDeviceGetHandleByIndex(i)
             except n.NVMLError as err:
-                lines.append(f"{i:>3}  ({err})")
-                handles.append(None)
-                bus_ids.append("")
-                continue
-            handles.append(h)
-            pci = n.nvmlDeviceGetPciInfo(h)
-            bus_ids.append(pci.busId)
-            mem = n.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-            mig = _try(n.nvmlDeviceGetMigMode, h)
-            mig_text = "n/a" if mig is None else ("on" if mig[0] else "off")
-            temp = _try(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU, default="-")
-            power = _try(n.nvmlDeviceGetPowerUsage, h, default=None)
-            fabric = "-"
-            info = n.c_nvmlGpuFabricInfo_v2_t()
-            answered = _try(n.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info)) is not None
-            if answered and not any(bytes(info.clusterUuid)):
-                fabric = "node NVSwitches (no cluster)"
-            elif answered:
-                cluster = bytes(info.clusterUuid).hex()
-                fabric = (f"{cluster[:8]}-{cluster[8:12]}-{cluster[12:16]}-{cluster[16:20]}-"
-                          f"{cluster[20:]}.{info.cliqueId}")
-                if info.healthMask & 3 == 1:
-                    fabric += " degraded"
-            power_text = "-" if power is None else f"{power // 1000}W"
-            lines.append(f"{i:>3}  {n.nvmlDeviceGetName(h)[:24]:<24} {pci.busId:<17} "
-                         f"{mem:>7}MiB  {mig_text:<4} {temp!s:>3}C {power_text:>6}  "
-                         f"{fabric:<44} {n.nvmlDeviceGetUUID(h)}")
-        lines.extend(_mig_section(n, handles))
-        lines.extend(_nvlink_section(n, handles, bus_ids))
-    return "\n".join(lines) + "\n"
+                view["lost"].append({"index": i, "error": str(err)})
+        for i, h in handles.items():
+            view["gpus"].append(_gpu(n, i, h))
+            view["mig_devices"].extend(_mig_devices(n, i, h))
+            view["processes"].extend(
+                {"gpu": i, "pid": p.pid, "used_memory_mib": (p.usedGpuMemory or 0) // MIB}
+                for p in _try(n.nvmlDeviceGetComputeRunningProcesses, h, default=[]))
+        view["nvlink"] = _nvlink(n, handles)
+    return view
 
 
-def _mig_section(n: Any, handles: list[Any]) -> list[str]:
+def _cuda(version: int) -> str:
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _gpu(n: Any, i: int, h: Any) -> dict[str, Any]:
+    mem = _try(n.nvmlDeviceGetMemoryInfo, h)
+    mig = _try(n.nvmlDeviceGetMigMode, h)
+    power = _try(n.nvmlDeviceGetPowerUsage, h)
+    cap = _try(n.nvmlDeviceGetEnforcedPowerLimit, h)
+    ecc = None
+    if (_try(n.nvmlDeviceGetEccMode, h) or [0])[0]:
+        ecc = _try(n.nvmlDeviceGetTotalEccErrors, h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                   n.NVML_VOLATILE_ECC)
+    util = _try(n.nvmlDeviceGetUtilizationRates, h)
+    mode = _try(n.nvmlDeviceGetComputeMode, h)
+    pstate = _try(n.nvmlDeviceGetPerformanceState, h)
+    return {
+        "index": i, "name": n.nvmlDeviceGetName(h), "uuid": n.nvmlDeviceGetUUID(h),
+        "bus_id": n.nvmlDeviceGetPciInfo(h).busId,
+        "persistence_mode": _on_off(_try(n.nvmlDeviceGetPersistenceMode, h)),
+        "display_active": _on_off(_try(n.nvmlDeviceGetDisplayActive, h)),
+        "ecc_uncorrected_volatile": ecc,
+        "fan_percent": _try(n.nvmlDeviceGetFanSpeed, h),
+        "temperature_c": _try(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
+        "performance_state": None if pstate is None or pstate == 32 else f"P{pstate}",
+        "power_w": None if power is None else power // 1000,
+        "power_cap_w": None if cap is None else cap // 1000,
+        "memory_used_mib": None if mem is None else mem.used // MIB,
+        "memory_total_mib": None if mem is None else mem.total // MIB,
+        "utilization_percent": None if util is None else util.gpu,
+        "compute_mode": None if mode is None else COMPUTE_MODES.get(mode, str(mode)),
+        "mig_mode": None if mig is None else ("Enabled" if mig[0] else "Disabled"),
+        "fabric": _fabric(n, h),
+    }
+
+
+def _on_off(value: int | None) -> str | None:
+    return None if value is None else ("On" if value else "Off")
+
+
+def _fabric(n: Any, h: Any) -> str | None:
+    info = n.c_nvmlGpuFabricInfo_v2_t()
+    if _try(n.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info)) is None:
+        return None
+    if not any(bytes(info.clusterUuid)):
+        return "node NVSwitches (no cluster)"
+    c = bytes(info.clusterUuid).hex()
+    text = f"{c[:8]}-{c[8:12]}-{c[12:16]}-{c[16:20]}-{c[20:]}.{info.cliqueId}"
+    return text + " degraded" if info.healthMask & 3 == 1 else text
+
+
+def _mig_devices(n: Any, i: int, h: Any) -> list[dict[str, Any]]:
+    if not (_try(n.nvmlDeviceGetMigMode, h) or [0])[0]:
+        return []
     rows = []
-    for i, h in enumerate(handles):
-        if h is None or not (_try(n.nvmlDeviceGetMigMode, h) or [0])[0]:
-            continue
-        for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
-            m = _try(n.nvmlDeviceGetMigDeviceHandleByIndex, h, k)
-            if m is None:
-                break
-            gi = n.nvmlDeviceGetGpuInstanceId(m)
-            ci = n.nvmlDeviceGetComputeInstanceId(m)
-            mem = n.nvmlDeviceGetMemoryInfo(m).total // (1024 * 1024)
-            name = n.nvmlDeviceGetName(m).split(" MIG ")[-1]
-            uuid = n.nvmlDeviceGetUUID(m)
-            rows.append(f"{i:>3}  {gi:>3} {ci:>3}  {name:<12} {mem:>7}MiB  {uuid}")
-    if not rows:
-        return []
-    return ["", "MIG devices:", f"{'GPU':>3}  {'GI':>3} {'CI':>3}  {'Profile':<12} "
-            f"{'Memory':>10}  UUID", *rows]
+    for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+        m = _try(n.nvmlDeviceGetMigDeviceHandleByIndex, h, k)
+        if m is None:
+            break
+        mem = n.nvmlDeviceGetMemoryInfo(m)
+        rows.append({"gpu": i, "gpu_instance": n.nvmlDeviceGetGpuInstanceId(m),
+                     "compute_instance": n.nvmlDeviceGetComputeInstanceId(m), "device": k,
+                     "profile": n.nvmlDeviceGetName(m).split(" MIG ")[-1],
+                     "memory_used_mib": mem.used // MIB, "memory_total_mib": mem.total // MIB,
+                     "uuid": n.nvmlDeviceGetUUID(m)})
+    return rows
 
 
-def _nvlink_section(n: Any, handles: list[Any], bus_ids: list[str]) -> list[str]:
-    live = [(i, h) for i, h in enumerate(handles) if h is not None]
-    links = {i: _links(n, h) for i, h in live}
+def _nvlink(n: Any, handles: dict[int, Any]) -> dict[str, Any] | None:
+    links = {i: _links(n, h) for i, h in handles.items()}
     if not any(links.values()):
-        return []
-    out = ["", "NVLink:"]
-    for i, _ in live:
-        up = sum(1 for _, active, _, _ in links[i] if active)
-        switches = sum(1 for _, _, _, kind in links[i] if kind == n.NVML_NVLINK_DEVICE_TYPE_SWITCH)
-        out.append(f"  GPU{i}: {up}/{len(links[i])} links up, {switches} to NVSwitch")
-    if len(live) > MATRIX_LIMIT:
-        out.append(f"  (matrix omitted: more than {MATRIX_LIMIT} GPUs)")
-        return out
-    out.append("")
-    out.append("      " + "".join(f"{'GPU' + str(i):>7}" for i, _ in live))
+        return None
+    switch = n.NVML_NVLINK_DEVICE_TYPE_SWITCH
+    gpus = [{"gpu": i, "up": sum(1 for _, active, _, _ in ls if active), "links": len(ls),
+             "to_nvswitch": sum(1 for _, _, _, kind in ls if kind == switch)}
+            for i, ls in links.items()]
+    matrix = None
+    if len(handles) <= MATRIX_LIMIT:
+        matrix = [[_cell(n, i, j, handles, links) for j in handles] for i in handles]
+    return {"gpus": gpus, "matrix": matrix, "matrix_limit": MATRIX_LIMIT}
+
+
+def _cell(n: Any, i: int, j: int, handles: dict[int, Any],
+          links: dict[int, list[tuple[int, bool, str, int]]]) -> str:
+    if i == j:
+        return "X"
+    bus_j = n.nvmlDeviceGetPciInfo(handles[j]).busId
     gpu_type, switch_type = n.NVML_NVLINK_DEVICE_TYPE_GPU, n.NVML_NVLINK_DEVICE_TYPE_SWITCH
-    for i, hi in live:
-        cells = []
-        for j, hj in live:
-            if i == j:
-                cells.append("X")
-                continue
-            direct = sum(1 for _, active, remote, kind in links[i]
-                         if active and kind == gpu_type and remote == bus_ids[j])
-            if direct:
-                cells.append(f"NV{direct}")
-            elif n.nvmlDeviceGetP2PStatus(hi, hj, n.NVML_P2P_CAPS_INDEX_NVLINK) == 0:
-                up_i = sum(1 for _, a, _, k in links[i] if a and k == switch_type)
-                up_j = sum(1 for _, a, _, k in links[j] if a and k == switch_type)
-                cells.append(f"NV{min(up_i, up_j)}")
-            else:
-                level = n.nvmlDeviceGetTopologyCommonAncestor(hi, hj)
-                cells.append(LEVELS.get(level, str(level)))
-        out.append(f"{'GPU' + str(i):<6}" + "".join(f"{c:>7}" for c in cells))
-    return out
+    direct = sum(1 for _, active, remote, kind in links[i]
+                 if active and kind == gpu_type and remote == bus_j)
+    if direct:
+        return f"NV{direct}"
+    if n.nvmlDeviceGetP2PStatus(handles[i], handles[j], n.NVML_P2P_CAPS_INDEX_NVLINK) == 0:
+        up_i = sum(1 for _, a, _, k in links[i] if a and k == switch_type)
+        up_j = sum(1 for _, a, _, k in links[j] if a and k == switch_type)
+        return f"NV{min(up_i, up_j)}"
+    level = n.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+    return LEVELS.get(level, str(level))

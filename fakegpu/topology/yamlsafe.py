@@ -196,6 +196,17 @@ class _Builder:
 
 def read_yaml(data: bytes) -> Any:
     """Bytes -> plain Python data, or ``YamlRejected`` carrying the one Problem found."""
+    documents = _read(data, single=True)
+    return documents[0] if documents else None
+
+
+def read_yaml_all(data: bytes) -> list[Any]:
+    """Every document of a multi-document stream (``---``; Kubernetes manifests), each under
+    the guards of ``read_yaml`` (the value counts add up over the stream)."""
+    return _read(data, single=False)
+
+
+def _read(data: bytes, single: bool) -> list[Any]:
     if len(data) > MAX_BYTES:
         raise YamlRejected(Problem("", f"file is {len(data)} bytes, expected at most "
                                        f"{MAX_BYTES} (is this a topology file?)"))
@@ -209,10 +220,15 @@ def read_yaml(data: bytes) -> Any:
     loader: _PyLoader | _CLoader | None = None
     try:
         loader = LOADER(text)  # the reader already rejects control characters here
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        return _Builder(loader).build(node, "")
+        if single:
+            node = loader.get_single_node()
+            return [] if node is None else [_Builder(loader).build(node, "")]
+        builder = _Builder(loader)  # one count for the stream: no bomb split over documents
+        documents = []
+        while loader.check_node():
+            node = loader.get_node()
+            documents.append(None if node is None else builder.build(node, ""))
+        return documents
     except _Reject as err:
         raise YamlRejected(err.problem) from None
     except yaml.reader.ReaderError as err:

@@ -71,3 +71,55 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, content: str, message:
 def test_a_missing_file_is_exit_2(tmp_path: Path) -> None:
     out = _cli(str(tmp_path / "none.json"), "--out", str(tmp_path / "h.png"))
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"a": ' + "9" * 5000 + "}", "not JSON"),  # past Python's 4,300-digit int limit
+    ("[" * 100_000 + "]" * 100_000, "nested deeper"),  # RecursionError in json
+])
+def test_hostile_json_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    src = tmp_path / "results.json"
+    src.write_text(text)
+    out = _cli(str(src), "--out", str(tmp_path / "h.png"))
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"fakegpu: {src}: ") and message in line
+
+
+def test_a_huge_number_is_a_bad_value(tmp_path: Path) -> None:
+    # 10**400 is an int JSON holds but no float: it was an OverflowError traceback.
+    doc = _document()
+    doc["bandwidth"][0][1] = 10**400
+    src = tmp_path / "results.json"
+    src.write_text(json.dumps(doc))
+    out = _cli(str(src), "--out", str(tmp_path / "h.png"))
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1
+    assert "bandwidth[0][1]" in out.stderr
+
+
+def test_dollars_are_text_not_mathtext(tmp_path: Path) -> None:
+    # matplotlib read "$" in the unit, node names or title as mathtext and failed to parse.
+    doc = _document()
+    doc["unit"] = r"$\frac{GB$"
+    doc["gpus"][0]["node"] = "a$^$b"
+    src = tmp_path / "results.json"
+    src.write_text(json.dumps(doc))
+    out = _cli(str(src), "--out", str(tmp_path / "h.png"), "--title", r"cost $\sqrt{$")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert r"$\frac{GB$" in (tmp_path / "h.md").read_text()
+
+
+def test_outputs_that_cannot_be_written_or_would_replace_the_results(tmp_path: Path) -> None:
+    src = tmp_path / "results.json"
+    src.write_text(json.dumps(_document()))
+    before = src.read_bytes()
+    png = str(tmp_path / "results.png")
+    for args in (["--out", str(src)], ["--out", str(tmp_path / "h.png"), "--table", str(src)],
+                 ["--out", png, "--table", png]):
+        out = _cli(str(src), *args)
+        assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert src.read_bytes() == before
+    out = _cli(str(src), "--out", "/proc/nope/h.png")
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "/proc/nope/h.png" in out.stderr and "Traceback" not in out.stderr

@@ -125,3 +125,69 @@ def test_the_command_refuses_bad_input_with_one_line(tmp_path: Path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "supports.teleport" in err[0]
     assert main(["conformance", "--kubeconfig", str(tmp_path / "none"), "--driver", "d"]) == 2
+
+
+def test_a_failure_keeps_its_reason() -> None:
+    # pytest's failure text ends with the location; the reason is on its E lines.
+    longrepr = ("    def test_template_claim_prepared():\n"
+                ">       assert pod.phase == 'Running', 'pod stuck in Pending: no devices'\n"
+                "E       AssertionError: pod stuck in Pending: no devices\n"
+                "E       assert 'Pending' == 'Running'\n\n"
+                "fakegpu/conformance/test_prepare.py:42: AssertionError")
+    got = report.classify("failed", "call", longrepr)
+    assert got.detail == ("failed: AssertionError: pod stuck in Pending: no devices "
+                          "assert 'Pending' == 'Running'")
+    assert report.classify("failed", "setup", "RuntimeError: boom").detail == \
+        "error in setup: RuntimeError: boom"
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ("supports: {1: true, slices: true}\n", "key 1 is not a string"),  # mixed key types
+    ("supports: !!python/object:os.system {}\n", "YAML tag"),
+    (b"supports:\n  slices: \xff\n", "not UTF-8"),
+    ("a: " + "[" * 200 + "]" * 200 + "\n", "deeper than"),
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c]\n"
+     "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n", "alias bomb"),
+])
+def test_hostile_capabilities_files_are_one_line(tmp_path: Path, content: str | bytes,
+                                                 expected: str) -> None:
+    path = tmp_path / "caps.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(InvalidInput) as err:
+        capabilities.load(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and expected in message and "\n" not in message
+
+
+def test_capabilities_from_a_device_or_fifo_are_refused_without_reading(tmp_path: Path) -> None:
+    # /dev/zero was read until memory ran out; a FIFO without a writer hung the open.
+    import os
+
+    fifo = tmp_path / "caps.fifo"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/zero"), fifo, tmp_path):
+        with pytest.raises(InvalidInput, match="not a regular file"):
+            capabilities.load(path)
+    big = tmp_path / "big.yaml"
+    big.write_text("# x\n" * 20_000)
+    with pytest.raises(InvalidInput, match="larger than"):
+        capabilities.load(big)
+
+
+def test_the_command_refuses_a_bad_k_expression_and_a_report_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n")
+    base = ["conformance", "--kubeconfig", str(kubeconfig), "--driver", "d"]
+    assert main([*base, "-k", "((("]) == 2  # was pytest's usage error, exit 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fakegpu: -k: '(((': ")
+    report_file = tmp_path / "report"
+    report_file.write_text("")
+    assert main([*base, "--report", str(report_file)]) == 2  # was FileExistsError
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--report" in err[0] and "not a directory" in err[0]

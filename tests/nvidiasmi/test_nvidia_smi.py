@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +85,189 @@ def test_without_a_node_state_it_says_the_driver_is_not_there(tmp_path: Path) ->
                          check=False, env={**bare, "LD_LIBRARY_PATH": str(libdir())})
     assert out.returncode == 9 and out.stdout == ""
     assert "couldn't communicate with the NVIDIA driver" in out.stderr
+
+
+# --- the summary (nvidia-smi without arguments) and -i ----------------------------------------
+
+# What NVML says of each GPU, read with pynvml in a subprocess (the library loads once per
+# process): the summary must print exactly these figures.
+_NVML_FIGURES = r"""
+import json, pynvml as n
+n.nvmlInit()
+def opt(fn, *a):
+    try:
+        return fn(*a)
+    except n.NVMLError:
+        return None
+out = {"driver": n.nvmlSystemGetDriverVersion(), "cuda": n.nvmlSystemGetCudaDriverVersion(),
+       "gpus": []}
+for i in range(n.nvmlDeviceGetCount()):
+    h = opt(n.nvmlDeviceGetHandleByIndex, i)
+    if h is None:
+        continue
+    mem = n.nvmlDeviceGetMemoryInfo(h)
+    migs = []
+    if (opt(n.nvmlDeviceGetMigMode, h) or [0])[0]:
+        for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+            m = opt(n.nvmlDeviceGetMigDeviceHandleByIndex, h, k)
+            if m is not None:
+                migs.append([n.nvmlDeviceGetGpuInstanceId(m), n.nvmlDeviceGetComputeInstanceId(m),
+                             n.nvmlDeviceGetMemoryInfo(m).used >> 20,
+                             n.nvmlDeviceGetMemoryInfo(m).total >> 20,
+                             n.nvmlDeviceGetAttributes(m).multiprocessorCount])
+    out["gpus"].append({
+        "index": i, "name": n.nvmlDeviceGetName(h), "bus": n.nvmlDeviceGetPciInfo(h).busId,
+        "serial": n.nvmlDeviceGetSerial(h), "uuid": n.nvmlDeviceGetUUID(h),
+        "persistence": n.nvmlDeviceGetPersistenceMode(h),
+        "ecc": n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                             n.NVML_VOLATILE_ECC),
+        "temp": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+        "perf": n.nvmlDeviceGetPerformanceState(h),
+        "power": n.nvmlDeviceGetPowerUsage(h) // 1000,
+        "cap": n.nvmlDeviceGetEnforcedPowerLimit(h) // 1000,
+        "used": mem.used >> 20, "total": mem.total >> 20,
+        "util": n.nvmlDeviceGetUtilizationRates(h).gpu,
+        "mig": (opt(n.nvmlDeviceGetMigMode, h) or [None])[0], "migs": migs,
+        "processes": len(n.nvmlDeviceGetComputeRunningProcesses(h)),
+    })
+print(json.dumps(out))
+n.nvmlShutdown()
+"""
+
+_GPU_LINE1 = re.compile(r"\|\s+(\d+)  (.+?)\s+(On|Off)  \|\s+(\S+) (On|Off) \|\s+(\S+) \|")
+_GPU_LINE2 = re.compile(r"\| (\S+)\s+(\d+)C\s+P(\d+)\s+(\d+)W /\s+(\d+)W \|\s+(\d+)MiB /\s+(\d+)MiB"
+                        r" \|\s+(\d+)%\s+(\S+) \|")
+_GPU_LINE3 = re.compile(r"\|\s+\|\s+\|\s+(Enabled|Disabled) \|")
+_MIG_LINE = re.compile(r"\|\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)  \|\s+(\d+)MiB / (\d+)MiB\s+\|\s*(\d+)"
+                       r"\s+\d+ \|[ \d]+\|")
+
+
+def _figures(state: Path) -> dict[str, Any]:
+    from fakegpu.testkit.gpus import nvml_env
+
+    out = subprocess.run([sys.executable, "-c", _NVML_FIGURES], env=nvml_env(state),
+                         capture_output=True, text=True, timeout=60, check=True)
+    figures: dict[str, Any] = json.loads(out.stdout)
+    return figures
+
+
+def _blocks(stdout: str) -> list[tuple[re.Match[str], re.Match[str], re.Match[str]]]:
+    lines = stdout.splitlines()
+    blocks = []
+    for k, line in enumerate(lines):
+        first = _GPU_LINE1.fullmatch(line)
+        if first:
+            second = _GPU_LINE2.fullmatch(lines[k + 1])
+            third = _GPU_LINE3.fullmatch(lines[k + 2])
+            assert second and third, lines[k:k + 3]
+            blocks.append((first, second, third))
+    return blocks
+
+
+def _check_summary(stdout: str, nvml: dict[str, Any]) -> None:
+    lines = stdout.splitlines()
+    # As NVIDIA's: the date, then a 91-column table (blank lines between its boxes).
+    assert re.fullmatch(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} *", lines[0]), lines[0]
+    assert {len(line) for line in lines[1:] if line} == {91}
+    cuda = f"{nvml['cuda'] // 1000}.{nvml['cuda'] % 1000 // 10}"
+    assert re.fullmatch(rf"\| NVIDIA-SMI {re.escape(nvml['driver'])} +Driver Version: "
+                        rf"{re.escape(nvml['driver'])} +CUDA Version: {re.escape(cuda)} +\|",
+                        lines[2]), lines[2]
+    blocks = _blocks(stdout)
+    assert len(blocks) == len(nvml["gpus"])
+    for (first, second, third), gpu in zip(blocks, nvml["gpus"], strict=True):
+        assert int(first[1]) == gpu["index"] and first[2] == gpu["name"]
+        assert first[3] == ("On" if gpu["persistence"] else "Off")
+        assert first[4] == gpu["bus"] and int(first[6]) == gpu["ecc"]
+        assert (int(second[2]), int(second[3])) == (gpu["temp"], gpu["perf"])
+        assert (int(second[4]), int(second[5])) == (gpu["power"], gpu["cap"])
+        assert (int(second[6]), int(second[7])) == (gpu["used"], gpu["total"])
+        assert int(second[8]) == gpu["util"]
+        assert third[1] == ("Enabled" if gpu["mig"] else "Disabled")
+    migs = [tuple(int(x) for x in m.groups()) for m in map(_MIG_LINE.fullmatch, lines) if m]
+    assert migs == [(gpu["index"], gi, ci, k, used, total, sm) for gpu in nvml["gpus"]
+                    for k, (gi, ci, used, total, sm) in enumerate(gpu["migs"])]
+    assert ("| MIG devices:" in stdout) == bool(migs)
+    assert not any(gpu["processes"] for gpu in nvml["gpus"])
+    assert "|  No running processes found" in stdout
+
+
+def test_summary_prints_what_nvml_reports(tmp_path: Path) -> None:
+    state = _state(tmp_path, "dgx-h100.yaml", "dgx-h100-0")
+    out = _smi(state)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    _check_summary(out.stdout, _figures(state))
+
+
+def test_summary_follows_the_state(tmp_path: Path) -> None:
+    # A double-bit ECC error injected into GPU 3 shows in its Volatile Uncorr. ECC cell.
+    from fakegpu.nvml import faults
+
+    state = _state(tmp_path, "hgx-h200.yaml", "hgx-h200-0")
+    faults.inject(state, 3, "ecc-dbe")
+    nvml = _figures(state)
+    assert nvml["gpus"][3]["ecc"] > 0
+    out = _smi(state)
+    assert out.returncode == 0, out.stderr
+    _check_summary(out.stdout, nvml)
+    cells = [int(first[6]) for first, _, _ in _blocks(out.stdout)]
+    assert cells == [g["ecc"] for g in nvml["gpus"]]
+
+
+def test_summary_shows_mig_devices(tmp_path: Path) -> None:
+    state = _state(tmp_path, "partitioning.yaml", "a100-mig")
+    nvml = _figures(state)
+    assert any(gpu["migs"] for gpu in nvml["gpus"])
+    out = _smi(state)
+    assert out.returncode == 0, out.stderr
+    _check_summary(out.stdout, nvml)
+
+
+def _lost_line(state: Path, index: int) -> str:
+    topology = load_topology(repo_fixtures_dir() / "hgx-h200.yaml")
+    bus = topology.nodes[0].gpus[index].pci.bus_id_legacy
+    return (f"Unable to determine the device handle for GPU{index}: {bus}: GPU is lost.  "
+            "Reboot the system to recover this GPU")
+
+
+def test_a_lost_gpu_is_named_and_the_others_listed(tmp_path: Path) -> None:
+    from fakegpu.nvml import faults
+
+    state = _state(tmp_path, "hgx-h200.yaml", "hgx-h200-0")
+    healthy = read_node_gpus(state)
+    faults.inject(state, 1, "gpu-lost")
+    listed = _smi(state, "-L")
+    # NVIDIA's exit code 15: a GPU has fallen off the bus or become inaccessible.
+    assert listed.returncode == 15
+    assert listed.stderr.splitlines() == [_lost_line(state, 1)]
+    assert listed.stdout.splitlines() == [f"GPU {g.index}: {g.name} (UUID: {g.uuid})"
+                                          for g in healthy if g.index != 1]
+    summary = _smi(state)
+    assert summary.returncode == 15 and summary.stderr.splitlines() == [_lost_line(state, 1)]
+    nvml = _figures(state)
+    assert [g["index"] for g in nvml["gpus"]] == [0, 2, 3, 4, 5, 6, 7]
+    _check_summary(summary.stdout, nvml)
+    alone = _smi(state, "-L", "-i", "1")
+    assert alone.returncode == 15 and alone.stdout == ""
+    assert alone.stderr.splitlines() == [_lost_line(state, 1)]
+    others = _smi(state, "-L", "-i", "0,2")
+    assert others.returncode == 0 and others.stderr == ""
+    assert len(others.stdout.splitlines()) == 2
+
+
+def test_id_takes_an_index_uuid_bus_id_or_serial(tmp_path: Path) -> None:
+    state = _state(tmp_path, "dgx-h100.yaml", "dgx-h100-0")
+    gpus = {g["index"]: g for g in _figures(state)["gpus"]}
+    short_bus = gpus[5]["bus"].split(":", 1)[1]  # "18:00.0" names 00000000:18:00.0 too
+    for ids, expect in [("3", [3]), (gpus[6]["uuid"], [6]), (gpus[2]["bus"], [2]),
+                        (short_bus, [5]), (f"0000:{short_bus}", [5]), (gpus[4]["serial"], [4]),
+                        (f"7,{gpus[0]['uuid']}", [0, 7])]:
+        out = _smi(state, "-L", "-i", ids)
+        assert out.returncode == 0, (ids, out.stderr)
+        assert [int(line.split()[1].rstrip(":")) for line in out.stdout.splitlines()] == expect
+    one = _smi(state, "--id=3")
+    assert one.returncode == 0 and [int(b[0][1]) for b in _blocks(one.stdout)] == [3]
+    for unknown in ["8", "GPU-00000000-0000-0000-0000-000000000000", "ff:00.0", "x"]:
+        out = _smi(state, "-L", "-i", unknown)
+        # NVIDIA's 6: the query found no such object.
+        assert out.returncode == 6 and out.stdout == "" and unknown in out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +212,53 @@ def test_over_long_existing_state_path_is_one_line_exit_2(argv: list[str]) -> No
     out = fakegpu(*argv)
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "File name too long" in out.stderr
+
+
+def test_smi_json_is_the_view_nvml_gives(tmp_path: Path) -> None:
+    from fakegpu.testkit.gpus import read_node_gpus
+
+    state = tmp_path / "h.state"
+    base = ["--topology", str(FIXTURES / "hgx-h200.yaml"), "--state", str(state)]
+    assert fakegpu("nvml", "render", *base).returncode == 0
+    gpus = read_node_gpus(state)
+    lose = fakegpu("fault", "inject", "--state", str(state), "--gpu", "2", "gpu-lost")
+    assert lose.returncode == 0, lose.stderr
+    out = fakegpu("smi", "--state", str(state), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    view = json.loads(out.stdout)
+    assert [(g["index"], g["uuid"], g["bus_id"]) for g in view["gpus"]] == [
+        (g.index, g.uuid, g.pci_bus_id) for g in gpus if g.index != 2]
+    assert view["lost"] == [{"index": 2, "error": "GPU is lost"}] and view["count"] == 8
+    assert fakegpu("smi", "--state", str(state), "--format", "json").stdout == out.stdout
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_smi_table_fits_the_terminal(tmp_path: Path, width: int) -> None:
+    # Narrow: the columns that do not fit go to further tables of the same GPUs; every value
+    # is still there, none cut or folded.
+    import io
+
+    from fakegpu.nvml import smi, smitable
+
+    state = st.render(topology("mixed"), topology("mixed").nodes[0], tmp_path / "m.state")
+    view = smi.read(state)
+    out = io.StringIO()
+    smitable.render(view, out, width=width)
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= width
+    for gpu in view["gpus"]:
+        assert gpu["uuid"] in text and gpu["bus_id"] in text and gpu["name"] in text
+    for header, _, _ in smitable._GPU_COLUMNS:
+        assert header in text
+    assert "GPUs (continued)" in text  # the whole table is some 250 columns
+
+
+def test_smi_into_a_pipe_is_one_line_per_gpu(tmp_path: Path) -> None:
+    state = tmp_path / "h.state"
+    assert fakegpu("nvml", "render", "--topology", str(FIXTURES / "dgx-h100.yaml"), "--state",
+                   str(state)).returncode == 0
+    out = fakegpu("smi", "--state", str(state))
+    assert out.returncode == 0, out.stderr
+    for gpu in topology("dgx-h100").nodes[0].gpus:
+        (line,) = [line for line in out.stdout.splitlines() if gpu.uuid in line]
+        assert gpu.pci.bus_id in line and "MiB /" in line

@@ -4,6 +4,7 @@ and a broken contract is a crash, not a pass."""
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -44,3 +45,14 @@ def test_plain_mutations_run_for_a_budget(tmp_path: Path) -> None:
     inputs, crashes = _target()._plain(1, tmp_path, timeout=10)
     assert inputs > 0 and crashes == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_input_limit_counts_cpu_time_not_the_clock() -> None:
+    # A loaded host stretches the clock, not the CPU an input uses: waiting (here sleeping,
+    # there being descheduled) past the limit is no crash; computing past it is.
+    target = _target()
+    with target._cpu_limit(0.2):
+        time.sleep(0.5)
+    with pytest.raises(target.CpuTimeout), target._cpu_limit(0.2):
+        while True:
+            sum(range(10_000))

@@ -104,3 +104,19 @@ def test_thousands_of_problems_print_a_bounded_count(tmp_path: Path,
     err = capsys.readouterr().err.splitlines()
     assert len(err) == MAX_LINES + 1
     assert err[-1] == f"{bad}: ... and {5000 - MAX_LINES} more problems"
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    # `fakegpu topology show F --format json | head -1`: the reader leaves after one line; the
+    # 5 MB of fleet-1000's JSON cannot fit in a pipe, so writing on must meet EPIPE.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "fakegpu", "topology", "show",
+                             str(FIXTURES / "fleet-1000.yaml"), "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"{\n"
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == ""

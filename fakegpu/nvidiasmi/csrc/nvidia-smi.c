@@ -1,24 +1,39 @@
 /* A small nvidia-smi on NVML: what a pod's scripts ask of the real one, answered through
- * whatever libnvidia-ml.so.1 the loader finds (fakegpu's inside a prepared container), so it
- * shows exactly the GPUs that library shows. Not NVIDIA's code: the output follows the shapes
- * nvidia-smi prints, written here from its documented formats.
+ * fakegpu's NVML (linked in statically), so it shows exactly the GPUs that library shows. Not
+ * NVIDIA's code: the output follows the shapes nvidia-smi prints, written here from public
+ * examples of its output; every figure comes from an NVML call.
  *
- *   nvidia-smi -L                          GPUs and their MIG devices, with UUIDs
- *   nvidia-smi [-i I] -q                   the essentials of the full query
- *   nvidia-smi [-i I] --query-gpu=F,... --format=csv[,noheader][,nounits]
+ *   nvidia-smi [-i ID[,ID...]]             the summary table (driver, GPUs, MIG devices, processes)
+ *   nvidia-smi -L [-i ID]                  GPUs and their MIG devices, with UUIDs
+ *   nvidia-smi [-i ID] -q                  the essentials of the full query
+ *   nvidia-smi [-i ID] --query-gpu=F,... --format=csv[,noheader][,nounits]
  *   nvidia-smi topo -m                     the NVLink matrix (NV<links> / SYS)
  *   nvidia-smi mig -lgi | -lci             GPU and compute instances
+ *
+ * ID is what NVIDIA's -i takes: an index, a GPU UUID, a PCI bus id or a board serial number.
+ * Exit codes are NVIDIA's: 2 bad arguments, 6 no such GPU, 9 no driver, 15 a GPU is lost.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 
 #include <nvml.h>
 
 #define MAX_GPUS 64
+#define EXIT_NOT_FOUND 6
+#define EXIT_GPU_LOST 15
+
+/* In the fake NVML (linked in): the bus id of a GPU whose handle NVML refuses, as NVIDIA's
+ * nvidia-smi learns it from the kernel driver. */
+int fakegpu_bus_id(unsigned int index, char *busId, unsigned int length);
 
 static unsigned int count;
 static nvmlDevice_t gpus[MAX_GPUS];
+static nvmlReturn_t handle_rc[MAX_GPUS];  /* why NVML refused a GPU's handle (lost) */
+static int selected[MAX_GPUS];            /* -i: the GPUs asked for (all without it) */
 
 static int fail(const char *what, nvmlReturn_t rc)
 {
@@ -26,6 +41,8 @@ static int fail(const char *what, nvmlReturn_t rc)
     return rc == NVML_ERROR_LIBRARY_NOT_FOUND || rc == NVML_ERROR_DRIVER_NOT_LOADED ? 9 : 15;
 }
 
+/* Every GPU's handle; a GPU NVML refuses (lost) stays in the list with its error, as NVIDIA's
+ * tool reports it and goes on with the others. */
 static int open_nvml(void)
 {
     nvmlReturn_t rc = nvmlInit();
@@ -36,9 +53,90 @@ static int open_nvml(void)
     }
     if ((rc = nvmlDeviceGetCount(&count)) != NVML_SUCCESS) return fail("device count", rc);
     if (count > MAX_GPUS) count = MAX_GPUS;
+    for (unsigned int i = 0; i < count; i++) {
+        handle_rc[i] = nvmlDeviceGetHandleByIndex(i, &gpus[i]);
+        selected[i] = 1;
+    }
+    return 0;
+}
+
+static int shown(unsigned int i)
+{
+    return selected[i] && handle_rc[i] == NVML_SUCCESS;
+}
+
+/* NVIDIA's line for a GPU without a handle; returns 1 when GPU i is selected and lost. */
+static int report_lost(unsigned int i)
+{
+    if (!selected[i] || handle_rc[i] == NVML_SUCCESS) return 0;
+    char bus[32] = "N/A";
+    fakegpu_bus_id(i, bus, sizeof(bus));
+    fflush(stdout);  /* in order with what was printed before, under 2>&1 */
+    fprintf(stderr, "Unable to determine the device handle for GPU%u: %s: %s\n", i, bus,
+            handle_rc[i] == NVML_ERROR_GPU_IS_LOST
+                ? "GPU is lost.  Reboot the system to recover this GPU"
+                : nvmlErrorString(handle_rc[i]));
+    return 1;
+}
+
+/* "0000:18:00.0", "00000000:18:00.0" and "18:00.0" name the same function. */
+static int parse_bus(const char *text, unsigned int out[4])
+{
+    unsigned int a, b, c, d;
+    char tail;
+    if (sscanf(text, "%x:%x:%x.%x%c", &a, &b, &c, &d, &tail) == 4) {
+        out[0] = a, out[1] = b, out[2] = c, out[3] = d;
+        return 1;
+    }
+    if (sscanf(text, "%x:%x.%x%c", &b, &c, &d, &tail) == 3) {
+        out[0] = 0, out[1] = b, out[2] = c, out[3] = d;
+        return 1;
+    }
+    return 0;
+}
+
+static int id_names(unsigned int i, const char *id)
+{
+    char buf[96] = "";
+    unsigned int want[4], have[4];
+    int digits = *id != '\0';
+    for (const char *c = id; *c; c++) digits &= isdigit((unsigned char)*c) != 0;
+    if (digits && strtoul(id, NULL, 10) < count) return strtoul(id, NULL, 10) == i;
+    /* else a serial number, often all digits too */
+    if (parse_bus(id, want)) {
+        return fakegpu_bus_id(i, buf, sizeof(buf)) == NVML_SUCCESS && parse_bus(buf, have) &&
+               !memcmp(want, have, sizeof(want));
+    }
+    if (handle_rc[i] != NVML_SUCCESS) return 0;  /* a lost GPU has no UUID or serial to read */
+    if (nvmlDeviceGetUUID(gpus[i], buf, sizeof(buf)) == NVML_SUCCESS && !strcasecmp(buf, id))
+        return 1;
+    return nvmlDeviceGetSerial(gpus[i], buf, sizeof(buf)) == NVML_SUCCESS && !strcmp(buf, id);
+}
+
+/* -i ID[,ID...]: select those GPUs; 0 when each ID names one, else the exit code. */
+static int select_ids(const char *ids)
+{
+    char list[1024], *save = NULL;
+    snprintf(list, sizeof(list), "%s", ids);
+    memset(selected, 0, sizeof(selected));
+    for (char *id = strtok_r(list, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
+        while (*id == ' ') id++;
+        int found = 0;
+        for (unsigned int i = 0; i < count; i++)
+            if (id_names(i, id)) selected[i] = found = 1;
+        if (!found) {
+            fprintf(stderr, "No devices were found with id \"%s\"\n", id);
+            return EXIT_NOT_FOUND;
+        }
+    }
+    return 0;
+}
+
+/* The exit code after a command: 15 when a GPU asked for was lost. */
+static int lost_any(void)
+{
     for (unsigned int i = 0; i < count; i++)
-        if ((rc = nvmlDeviceGetHandleByIndex(i, &gpus[i])) != NVML_SUCCESS)
-            return fail("device handle", rc);
+        if (selected[i] && handle_rc[i] != NVML_SUCCESS) return EXIT_GPU_LOST;
     return 0;
 }
 
@@ -64,6 +162,7 @@ static int mig_enabled(nvmlDevice_t dev)
 static int list_gpus(void)
 {
     for (unsigned int i = 0; i < count; i++) {
+        if (report_lost(i) || !shown(i)) continue;
         char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
         nvmlDeviceGetName(gpus[i], name, sizeof(name));
         nvmlDeviceGetUUID(gpus[i], uuid, sizeof(uuid));
@@ -71,17 +170,17 @@ static int list_gpus(void)
         if (!mig_enabled(gpus[i])) continue;
         unsigned int max = 0;
         nvmlDeviceGetMaxMigDeviceCount(gpus[i], &max);
-        for (unsigned int j = 0, shown = 0; j < max; j++) {
+        for (unsigned int j = 0, listed = 0; j < max; j++) {
             nvmlDevice_t mig;
             if (nvmlDeviceGetMigDeviceHandleByIndex(gpus[i], j, &mig) != NVML_SUCCESS) continue;
             char mname[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "";
             char muuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
             nvmlDeviceGetName(mig, mname, sizeof(mname));
             nvmlDeviceGetUUID(mig, muuid, sizeof(muuid));
-            printf("  MIG %-12s Device %2u: (UUID: %s)\n", mig_profile(mname), shown++, muuid);
+            printf("  MIG %-12s Device %2u: (UUID: %s)\n", mig_profile(mname), listed++, muuid);
         }
     }
-    return 0;
+    return lost_any();
 }
 
 /* --- --query-gpu --------------------------------------------------------------------------- */
@@ -143,7 +242,7 @@ static int field(nvmlDevice_t dev, unsigned int index, const char *f, struct opt
     return 1;
 }
 
-static int query_gpu(const char *fields, const char *format, int only)
+static int query_gpu(const char *fields, const char *format)
 {
     struct opts o = {1, 1};
     if (format == NULL || strncmp(format, "csv", 3) != 0) {
@@ -162,9 +261,11 @@ static int query_gpu(const char *fields, const char *format, int only)
         names[n++] = t;
     }
     char out[256];
+    unsigned int first = 0;
+    while (first < count && !shown(first)) first++;
     for (int k = 0; k < n; k++) {  /* every field known before anything is printed */
-        if (count == 0) break;
-        if (!field(gpus[0], 0, names[k], o, out, sizeof(out))) {
+        if (first == count) break;
+        if (!field(gpus[first], first, names[k], o, out, sizeof(out))) {
             fprintf(stderr, "Field \"%s\" is not a valid field to query.\n", names[k]);
             return 2;
         }
@@ -177,19 +278,19 @@ static int query_gpu(const char *fields, const char *format, int only)
         printf("\n");
     }
     for (unsigned int i = 0; i < count; i++) {
-        if (only >= 0 && (unsigned int)only != i) continue;
+        if (report_lost(i) || !shown(i)) continue;
         for (int k = 0; k < n; k++) {
             field(gpus[i], i, names[k], o, out, sizeof(out));
             printf("%s%s", k ? ", " : "", out);
         }
         printf("\n");
     }
-    return 0;
+    return lost_any();
 }
 
 /* --- -q ------------------------------------------------------------------------------------- */
 
-static int query_all(int only)
+static int query_all(void)
 {
     char version[96] = "N/A";
     int cuda = 0;
@@ -200,7 +301,7 @@ static int query_all(int only)
         printf("%-38s: %d.%d\n", "CUDA Version", cuda / 1000, cuda % 1000 / 10);
     printf("\n%-38s: %u\n", "Attached GPUs", count);
     for (unsigned int i = 0; i < count; i++) {
-        if (only >= 0 && (unsigned int)only != i) continue;
+        if (report_lost(i) || !shown(i)) continue;
         nvmlDevice_t d = gpus[i];
         char name[96] = "", uuid[96] = "", serial[96] = "N/A";
         nvmlPciInfo_t pci;
@@ -225,7 +326,7 @@ static int query_all(int only)
             printf("        %-30s: %llu MiB\n", "Free", mem.free >> 20);
         }
     }
-    return 0;
+    return lost_any();
 }
 
 /* --- topo -m -------------------------------------------------------------------------------- */
@@ -282,12 +383,16 @@ static void cell(nvmlDevice_t a, nvmlDevice_t b, char *out, size_t n)
 
 static int topo(void)
 {
+    for (unsigned int i = 0; i < count; i++) report_lost(i);
     printf("\t");
-    for (unsigned int j = 0; j < count; j++) printf("GPU%u\t", j);
+    for (unsigned int j = 0; j < count; j++)
+        if (shown(j)) printf("GPU%u\t", j);
     printf("\n");
     for (unsigned int i = 0; i < count; i++) {
+        if (!shown(i)) continue;
         printf("GPU%u\t", i);
         for (unsigned int j = 0; j < count; j++) {
+            if (!shown(j)) continue;
             if (i == j) { printf(" X \t"); continue; }
             char c[16];
             cell(gpus[i], gpus[j], c, sizeof(c));
@@ -301,7 +406,7 @@ static int topo(void)
            "traversing PCIe as well as a PCIe Host Bridge\n  PXB  = Connection traversing "
            "multiple PCIe bridges\n  PIX  = Connection traversing at most a single PCIe bridge\n"
            "  NV#  = Connection traversing a bonded set of # NVLinks\n");
-    return 0;
+    return lost_any();
 }
 
 /* --- mig -lgi / -lci ------------------------------------------------------------------------ */
@@ -324,7 +429,7 @@ static int mig_list(int compute)
     }
     int any = 0;
     for (unsigned int i = 0; i < count; i++) {
-        if (!mig_enabled(gpus[i])) continue;
+        if (report_lost(i) || !shown(i) || !mig_enabled(gpus[i])) continue;
         for (unsigned int p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; p++) {
             nvmlGpuInstanceProfileInfo_t info;
             memset(&info, 0, sizeof(info));
@@ -371,51 +476,267 @@ static int mig_list(int compute)
                      compute ? 40 : 29, "");
     printf("+%s+\n", compute ? "--------------------------------------------------------------------"
                              : "---------------------------------------------------------");
-    return 0;
+    return lost_any();
+}
+
+/* --- the summary (nvidia-smi without arguments) ------------------------------------------ */
+
+/* NVIDIA's table is 91 columns: three GPU columns of 41, 24 and 22 characters, the MIG table
+ * four of 18, 34, 11 and 23, the header and the processes one box of 89. */
+#define RULE "-----------------------------------------------------------------------------------------"
+#define GPU_RULE(c) c "-----------------------------------------+------------------------+" \
+                    "----------------------+\n"
+#define MIG_RULE "+------------------+----------------------------------+-----------+" \
+                 "-----------------------+\n"
+
+static const char *on_off(nvmlReturn_t rc, nvmlEnableState_t v)
+{
+    return rc != NVML_SUCCESS ? "N/A" : v == NVML_FEATURE_ENABLED ? "On" : "Off";
+}
+
+/* "NVIDIA H100 80GB HBM3" as is; a longer name cut to fit its 27 characters, as NVIDIA's. */
+static void fit(const char *text, char *out, size_t width)
+{
+    if (strlen(text) <= width) snprintf(out, width + 1, "%s", text);
+    else snprintf(out, width + 1, "%.*s...", (int)(width - 3), text);
+}
+
+static void mib(nvmlReturn_t rc, unsigned long long bytes, char *out, size_t n)
+{
+    if (rc == NVML_SUCCESS) snprintf(out, n, "%lluMiB", bytes >> 20);
+    else snprintf(out, n, "N/A");
+}
+
+static void gpu_block(unsigned int i)
+{
+    nvmlDevice_t d = gpus[i];
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", shortname[32], ecc[24] = "N/A";
+    char temp[16] = "N/A", fan[16] = "N/A", perf[8] = "N/A", usage[16] = "N/A", cap[16] = "N/A";
+    char used[24], total[24], util[16] = "N/A";
+    const char *compute = "N/A", *mig = "N/A";
+    nvmlEnableState_t persistence = NVML_FEATURE_DISABLED, display = NVML_FEATURE_DISABLED;
+    nvmlEnableState_t ecc_now = NVML_FEATURE_DISABLED, ecc_pending;
+    nvmlPciInfo_t pci;
+    nvmlMemory_t memory;
+    nvmlUtilization_t rates;
+    nvmlPstates_t pstate;
+    nvmlComputeMode_t mode;
+    unsigned int value = 0, current = 0, pending = 0;
+    unsigned long long errors = 0;
+
+    memset(&pci, 0, sizeof(pci));
+    memset(&memory, 0, sizeof(memory));
+    nvmlDeviceGetName(d, name, sizeof(name));
+    fit(name, shortname, 27);
+    nvmlReturn_t persistence_rc = nvmlDeviceGetPersistenceMode(d, &persistence);
+    nvmlReturn_t pci_rc = nvmlDeviceGetPciInfo(d, &pci);
+    nvmlReturn_t display_rc = nvmlDeviceGetDisplayActive(d, &display);
+    if (nvmlDeviceGetEccMode(d, &ecc_now, &ecc_pending) == NVML_SUCCESS) {
+        if (ecc_now != NVML_FEATURE_ENABLED) snprintf(ecc, sizeof(ecc), "Off");
+        else if (nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                             NVML_VOLATILE_ECC, &errors) == NVML_SUCCESS)
+            snprintf(ecc, sizeof(ecc), "%llu", errors);
+    }
+    if (nvmlDeviceGetFanSpeed(d, &value) == NVML_SUCCESS) snprintf(fan, sizeof(fan), "%u%%", value);
+    nvmlTemperature_t sensor = {.version = nvmlTemperature_v1, .sensorType = NVML_TEMPERATURE_GPU};
+    if (nvmlDeviceGetTemperatureV(d, &sensor) == NVML_SUCCESS)
+        snprintf(temp, sizeof(temp), "%dC", sensor.temperature);
+    if (nvmlDeviceGetPerformanceState(d, &pstate) == NVML_SUCCESS && pstate != NVML_PSTATE_UNKNOWN)
+        snprintf(perf, sizeof(perf), "P%d", (int)pstate);
+    if (nvmlDeviceGetPowerUsage(d, &value) == NVML_SUCCESS)
+        snprintf(usage, sizeof(usage), "%uW", value / 1000);
+    if (nvmlDeviceGetEnforcedPowerLimit(d, &value) == NVML_SUCCESS)
+        snprintf(cap, sizeof(cap), "%uW", value / 1000);
+    nvmlReturn_t memory_rc = nvmlDeviceGetMemoryInfo(d, &memory);
+    mib(memory_rc, memory.used, used, sizeof(used));
+    mib(memory_rc, memory.total, total, sizeof(total));
+    if (nvmlDeviceGetUtilizationRates(d, &rates) == NVML_SUCCESS)
+        snprintf(util, sizeof(util), "%u%%", rates.gpu);
+    if (nvmlDeviceGetComputeMode(d, &mode) == NVML_SUCCESS)
+        compute = mode == NVML_COMPUTEMODE_DEFAULT ? "Default"
+                  : mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD ? "E. Thread"
+                  : mode == NVML_COMPUTEMODE_PROHIBITED ? "Prohibited" : "E. Process";
+    if (nvmlDeviceGetMigMode(d, &current, &pending) == NVML_SUCCESS)
+        mig = current == NVML_DEVICE_MIG_ENABLE ? (pending == current ? "Enabled" : "Enabled*")
+                                                : (pending == current ? "Disabled" : "Disabled*");
+
+    printf("|%4u  %-27s%6s  |%19s %3s |%21s |\n", i, shortname,
+           on_off(persistence_rc, persistence), text_or(pci_rc, pci.busId),
+           on_off(display_rc, display), ecc);
+    printf("| %3s   %3s    %-3s%15s / %5s |%11s / %9s |%8s %12s |\n", fan, temp, perf, usage, cap,
+           used, total, util, compute);
+    printf("|%41s|%24s|%21s |\n", "", "", mig);
+    printf(GPU_RULE("+"));
+}
+
+static void mig_block(void)
+{
+    int header = 0;
+    for (unsigned int i = 0; i < count; i++) {
+        if (!shown(i) || !mig_enabled(gpus[i])) continue;
+        unsigned int max = 0;
+        nvmlDeviceGetMaxMigDeviceCount(gpus[i], &max);
+        for (unsigned int j = 0, listed = 0; j < max; j++) {
+            nvmlDevice_t m;
+            if (nvmlDeviceGetMigDeviceHandleByIndex(gpus[i], j, &m) != NVML_SUCCESS) continue;
+            if (!header) {
+                printf("+" RULE "+\n| %-88s|\n" MIG_RULE, "MIG devices:");
+                printf("| GPU  GI  CI  MIG |%33s |%11s|%23s|\n", "Memory-Usage", "Vol",
+                       "Shared         ");
+                printf("|      ID  ID  Dev |%33s | SM     Unc| CE ENC  DEC  OFA  JPG |\n",
+                       "BAR1-Usage");
+                printf("|                  |%34s|        ECC|%23s|\n", "", "");
+                printf("|==================+==================================+===========+"
+                       "=======================|\n");
+                header = 1;
+            }
+            unsigned int gi = 0, ci = 0;
+            char used[24], total[24], bar_used[24], bar_total[24], sm[8] = "N/A", unc[24] = "N/A";
+            nvmlMemory_t memory;
+            nvmlBAR1Memory_t bar1;
+            nvmlDeviceAttributes_t attr;
+            unsigned long long errors = 0;
+            memset(&memory, 0, sizeof(memory));
+            memset(&bar1, 0, sizeof(bar1));
+            memset(&attr, 0, sizeof(attr));
+            nvmlDeviceGetGpuInstanceId(m, &gi);
+            nvmlDeviceGetComputeInstanceId(m, &ci);
+            nvmlReturn_t memory_rc = nvmlDeviceGetMemoryInfo(m, &memory);
+            mib(memory_rc, memory.used, used, sizeof(used));
+            mib(memory_rc, memory.total, total, sizeof(total));
+            nvmlReturn_t bar_rc = nvmlDeviceGetBAR1MemoryInfo(m, &bar1);
+            mib(bar_rc, bar1.bar1Used, bar_used, sizeof(bar_used));
+            mib(bar_rc, bar1.bar1Total, bar_total, sizeof(bar_total));
+            int attr_ok = nvmlDeviceGetAttributes(m, &attr) == NVML_SUCCESS;
+            if (attr_ok) snprintf(sm, sizeof(sm), "%u", attr.multiprocessorCount);
+            if (nvmlDeviceGetTotalEccErrors(m, NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                                            NVML_VOLATILE_ECC, &errors) == NVML_SUCCESS)
+                snprintf(unc, sizeof(unc), "%llu", errors);
+            printf("|%3u  %3u %3u %3u  |%19s / %-12s|%3s%7s | ", i, gi, ci, listed++, used, total,
+                   sm, unc);
+            if (attr_ok)
+                printf("%2u %3u  %3u  %3u  %3u |\n", attr.sharedCopyEngineCount,
+                       attr.sharedEncoderCount, attr.sharedDecoderCount, attr.sharedOfaCount,
+                       attr.sharedJpegCount);
+            else
+                printf("%21s |\n", "N/A");
+            printf("|%18s|%21s / %-10s|%11s|%23s|\n", "", bar_used, bar_total, "", "");
+            printf(MIG_RULE);
+        }
+    }
+    if (header) printf("\n");
+}
+
+static void processes_block(void)
+{
+    printf("+" RULE "+\n| %-88s|\n", "Processes:");
+    printf("|  GPU   GI   CI              PID   Type   Process name%23s GPU Memory |\n", "");
+    printf("|        ID   ID%62s Usage      |\n", "");
+    printf("|" "=========================================================================================" "|\n");
+    int any = 0;
+    for (unsigned int i = 0; i < count; i++) {
+        if (!shown(i)) continue;
+        nvmlProcessInfo_t procs[64];
+        unsigned int n = 64;
+        if (nvmlDeviceGetComputeRunningProcesses(gpus[i], &n, procs) != NVML_SUCCESS) continue;
+        for (unsigned int p = 0; p < n && p < 64; p++) {
+            char pname[256] = "N/A", gi[16] = "N/A", ci[16] = "N/A";
+            nvmlSystemGetProcessName(procs[p].pid, pname, sizeof(pname));
+            if (procs[p].gpuInstanceId != 0xFFFFFFFFu)
+                snprintf(gi, sizeof(gi), "%u", procs[p].gpuInstanceId);
+            if (procs[p].computeInstanceId != 0xFFFFFFFFu)
+                snprintf(ci, sizeof(ci), "%u", procs[p].computeInstanceId);
+            printf("|  %3u   %3s  %3s  %15u      C   %-34.34s %8lluMiB |\n", i, gi, ci,
+                   procs[p].pid, pname, procs[p].usedGpuMemory >> 20);
+            any = 1;
+        }
+    }
+    if (!any) printf("|  %-87s|\n", "No running processes found");
+    printf("+" RULE "+\n");
+}
+
+static int summary(void)
+{
+    char version[96] = "N/A", cuda_text[16] = "N/A", date[64] = "";
+    int cuda = 0;
+    for (unsigned int i = 0; i < count; i++) report_lost(i);  /* NVIDIA's prints these first */
+    time_t now = time(NULL);
+    strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
+    nvmlSystemGetDriverVersion(version, sizeof(version));
+    if (nvmlSystemGetCudaDriverVersion(&cuda) == NVML_SUCCESS)
+        snprintf(cuda_text, sizeof(cuda_text), "%d.%d", cuda / 1000, cuda % 1000 / 10);
+    printf("%s       \n", date);
+    printf("+" RULE "+\n");
+    printf("| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|\n", version, version,
+           cuda_text);
+    printf(GPU_RULE("|"));
+    printf("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n");
+    printf("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n");
+    printf("|%41s|%24s|%22s|\n", "", "", "MIG M. ");
+    printf("|=========================================+========================+======================|\n");
+    int any = 0;
+    for (unsigned int i = 0; i < count; i++) {
+        if (!shown(i)) continue;
+        gpu_block(i);
+        any = 1;
+    }
+    if (!any) printf("|%41s|%24s|%22s|\n" GPU_RULE("+"), "", "", "");
+    printf("\n");
+    mig_block();
+    processes_block();
+    return lost_any();
 }
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: nvidia-smi [-L | [-i N] -q | [-i N] --query-gpu=F,... "
-                    "--format=csv[,noheader][,nounits] | topo -m | mig -lgi | mig -lci]\n");
+    fprintf(stderr, "usage: nvidia-smi [-i ID[,ID...]] [-L | -q | --query-gpu=F,... "
+                    "--format=csv[,noheader][,nounits]] | topo -m | mig -lgi | mig -lci\n");
     return 2;
 }
 
+/* Opens NVML, applies -i, runs one command, closes NVML. */
+static int run(int (*command)(void), const char *ids)
+{
+    int rc = open_nvml();
+    if (rc == 0 && ids != NULL) rc = select_ids(ids);
+    if (rc == 0) rc = command();
+    nvmlShutdown();
+    return rc;
+}
+
+static const char *query, *format;
+
+static int query_command(void)
+{
+    return query_gpu(query, format);
+}
+
+static int lgi(void) { return mig_list(0); }
+static int lci(void) { return mig_list(1); }
+
 int main(int argc, char **argv)
 {
-    const char *query = NULL, *format = NULL;
-    int list = 0, full = 0, only = -1, rc;
+    const char *ids = NULL;
+    int list = 0, full = 0;
     if (argc >= 2 && !strcmp(argv[1], "topo")) {
         if (argc != 3 || strcmp(argv[2], "-m")) return usage();
-        if ((rc = open_nvml())) return rc;
-        rc = topo();
-        nvmlShutdown();
-        return rc;
+        return run(topo, NULL);
     }
     if (argc >= 2 && !strcmp(argv[1], "mig")) {
         if (argc != 3 || (strcmp(argv[2], "-lgi") && strcmp(argv[2], "-lci"))) return usage();
-        if ((rc = open_nvml())) return rc;
-        rc = mig_list(!strcmp(argv[2], "-lci"));
-        nvmlShutdown();
-        return rc;
+        return run(strcmp(argv[2], "-lci") ? lgi : lci, NULL);
     }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-L") || !strcmp(argv[i], "--list-gpus")) list = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--query")) full = 1;
         else if (!strncmp(argv[i], "--query-gpu=", 12)) query = argv[i] + 12;
         else if (!strncmp(argv[i], "--format=", 9)) format = argv[i] + 9;
-        else if (!strcmp(argv[i], "-i") && i + 1 < argc) only = atoi(argv[++i]);
-        else if (!strncmp(argv[i], "--id=", 5)) only = atoi(argv[i] + 5);
+        else if ((!strcmp(argv[i], "-i") || !strcmp(argv[i], "--id")) && i + 1 < argc)
+            ids = argv[++i];
+        else if (!strncmp(argv[i], "--id=", 5)) ids = argv[i] + 5;
+        else if (!strncmp(argv[i], "-i", 2) && argv[i][2] != '\0') ids = argv[i] + 2;
         else return usage();
     }
-    if (!list && !full && !query) return usage();
-    if ((rc = open_nvml())) return rc;
-    if (only >= (int)count) {
-        fprintf(stderr, "No devices were found with index %d\n", only);
-        nvmlShutdown();
-        return 6;
-    }
-    rc = list ? list_gpus() : query ? query_gpu(query, format, only) : query_all(only);
-    nvmlShutdown();
-    return rc;
+    if (list + full + (query != NULL) > 1) return usage();
+    return run(list ? list_gpus : full ? query_all : query ? query_command : summary, ids);
 }

@@ -199,6 +199,22 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device
     return nvmlDeviceGetHandleByIndex_v2(index, device);
 }
 
+/* The bus id of the GPU at `index` of the view, lost or not: NVIDIA's nvidia-smi learns it from
+ * the kernel driver when NVML refuses the handle ("Unable to determine the device handle for
+ * GPU1: 0000:34:00.0: ..."); fakegpu's nvidia-smi, linked with these sources, asks here. */
+FG_EXPORT int fakegpu_bus_id(unsigned int index, char *busId, unsigned int length)
+{
+    FG_CHECK_INIT();
+    FG_CHECK_PTR(busId);
+    uint32_t gpu;
+    if (!fg_view_gpu(index, &gpu)) return NVML_ERROR_INVALID_ARGUMENT;
+    const struct fgs_gpu_static *s = fg_static(gpu);
+    if ((unsigned int)snprintf(busId, length, "%04X:%02X:%02X.%X", s->pci_domain, s->pci_bus,
+                               s->pci_device, s->pci_function) >= length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
     FG_CHECK_INIT();
