@@ -65,7 +65,7 @@ class Options:
         provider = str(config.getoption("fakegpu_provider"))
         version = config.getoption("k8s_version")
         if version is not None:
-            from fakegpu.cluster import binaries
+            from fakegpu.cluster.artifacts import binaries
             from fakegpu.errors import FakegpuError
 
             try:
@@ -279,7 +279,7 @@ class E2ESession:
         from fakegpu import cluster
 
         try:
-            provider = cluster.get_provider(opts.provider, driver=opts.driver)
+            provider = cluster.get_provider(opts.provider)
             self.provider = provider
             if opts.keep_cluster:
                 running = provider.status(name)
@@ -289,11 +289,10 @@ class E2ESession:
                         return Outcome(error=(
                             f"cluster {name} is running but cannot be reused: "
                             + "; ".join(problems)
-                            + " (remove it with `fakegpu cluster down --name "
-                            + f"{name}`)"))
+                            + f" (remove it with `{provider.down_command(name)}`)"))
                     self._say(f"fakegpu: reusing running cluster {name} "
                               f"(--keep-cluster)")
-                    _alias_images(running, opts.image_aliases)
+                    provider.tag_images(name, opts.image_aliases)
                     return Outcome(info=running, reused=True)
             if not topology.is_file():
                 return Outcome(error=f"topology {topology} does not exist")
@@ -301,8 +300,8 @@ class E2ESession:
                       f"topology {topology.name}, Kubernetes "
                       f"{opts.k8s_version or 'newest supported'}); the first run builds the "
                       "binaries, which takes a long time")
-            info = provider.up(name, topology, opts.k8s_version)
-            _alias_images(info, opts.image_aliases)
+            info = provider.up(name, topology, opts.k8s_version, driver=opts.driver,
+                               image_aliases=opts.image_aliases)
         except Exception as err:  # every failure to come up is an error of the e2e tests
             return Outcome(error=f"bringing up cluster {name} failed: "
                                  f"{_describe(err)}")
@@ -391,8 +390,10 @@ class E2ESession:
             tr.write_sep("-", f"fakegpu e2e: cluster {info.name} {how} ({info.provider}, "
                               f"Kubernetes {info.k8s_version}, {len(info.nodes)} nodes)")
             if self.options.keep_cluster:
+                from fakegpu.cluster.names import down_command
+
                 tr.write_line(f"cluster {info.name} left running (--keep-cluster); remove it "
-                              f"with `fakegpu cluster down --name {info.name}`")
+                              f"with `{down_command(info.name, info.provider)}`")
 
     # -- diagnostics --
 
@@ -445,7 +446,7 @@ def reuse_problems(info: ClusterInfo, opts: Options, topology: Path | None = Non
     if Path(info.topology).resolve() != topology.resolve():
         problems.append(f"its topology is {info.topology}, not {topology}")
     if opts.k8s_version is not None:
-        from fakegpu.cluster import binaries
+        from fakegpu.cluster.artifacts import binaries
 
         wanted = binaries.resolve_version(opts.k8s_version)
         if info.k8s_version.removeprefix("v") != wanted:
@@ -502,15 +503,6 @@ def _wants_cluster(item: pytest.Item) -> bool:
         return False  # skipped before any fixture: no cluster is brought up for it
     return item.get_closest_marker(E2E_MARKER) is not None or "fakegpu_cluster" in getattr(
         item, "fixturenames", ())
-
-
-def _alias_images(info: ClusterInfo, aliases: tuple[str, ...]) -> None:
-    """--fakegpu-image-alias: the workload image under those names too (tags are idempotent,
-    so a reused cluster gets them as well)."""
-    if aliases:
-        from fakegpu.cluster import imagealiases
-
-        imagealiases.apply(info, aliases)
 
 
 def _describe(err: BaseException) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fakegpu.cluster import computedomains
+from fakegpu.cluster.embedded import computedomains
 from fakegpu.computedomain import kube, objects
 from fakegpu.computedomain.controller import Config, Controller
 from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver
@@ -38,8 +38,9 @@ def apis(tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[client.ApiClient, client.ApiClient, Path]]:
     """(admin, the controller's own service account as the chart grants it, and that
     account's kubeconfig)."""
-    from fakegpu.cluster import binaries, install
-    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.cluster.artifacts import binaries
+    from fakegpu.cluster.embedded import install
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
 
     try:

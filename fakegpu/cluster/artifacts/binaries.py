@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fakegpu import hostpkgs, paths
-from fakegpu.cluster import bincache, download
-from fakegpu.cluster.bincache import Component, Probe
-from fakegpu.cluster.gobuild import Go, GoProgram, WrapperBuild
+from fakegpu.cluster.artifacts import bincache, download
+from fakegpu.cluster.artifacts.bincache import Component, Probe
+from fakegpu.cluster.artifacts.gobuild import Go, GoProgram, WrapperBuild
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 
 # Kubernetes minor -> the patch release fakegpu pins (the ones the Go proxy serves here).

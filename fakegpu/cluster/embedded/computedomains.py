@@ -16,8 +16,8 @@ from typing import Any
 from kubernetes import client
 
 from fakegpu import fsutil
+from fakegpu.cluster.embedded.layout import NodeLayout
 from fakegpu.cluster.kubeconfig import write_kubeconfig
-from fakegpu.cluster.node import NodeLayout
 from fakegpu.cluster.process import ProcessRecord, spawn
 from fakegpu.deploy.manifests import NAMESPACE, RELEASE
 from fakegpu.errors import FakegpuError
