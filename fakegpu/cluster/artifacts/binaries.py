@@ -10,6 +10,9 @@ in this order of preference:
 3. a build from the Go module proxy (see gobuild.py), the one that works on an offline host.
 
 A warm cache costs a JSON read and a stat per file: no probe, no go invocation.
+
+Longer than most modules on purpose: one short recipe per component, with every pinned
+version beside it, reads best in one place.
 """
 
 from __future__ import annotations

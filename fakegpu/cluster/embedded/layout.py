@@ -102,7 +102,7 @@ class NodeLayout:
 
     @property
     def plugin_token(self) -> Path:
-        """The plugin's service account token, bound to this node (see cluster/install.py)."""
+        """The plugin's service account token, bound to this node (see embedded/install.py)."""
         return self.root / "plugin.token"
 
     @property

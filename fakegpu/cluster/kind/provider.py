@@ -3,28 +3,30 @@
 A bring-up is an ordered list of actions (Docker, node image, kind cluster, pod network,
 plugin image, Helm chart, readiness) that ``lifecycle.py`` runs, as it runs the embedded
 provider's: validation, progress, logs and cleanup on failure are written there once.
-State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json``.
+State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json`` (``state.py``).
+
+Longer than ~400 lines: the bring-up's steps use the provider's tools (kind, docker, kubectl)
+and stay beside them; the embedded provider's split (one module per concern) is the model
+for the next step here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from fakegpu import fsutil, paths
 from fakegpu.cluster import featuregates, imagealiases, inotify
 from fakegpu.cluster.artifacts import binaries, images
 from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
-from fakegpu.cluster.names import down_command, validate_name
+from fakegpu.cluster.kind.state import KindState, clusters_dir
+from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo, PluginInstances
 from fakegpu.deploy import manifests
@@ -46,45 +48,6 @@ NODE_TOOLS = {"nvidiaSmi": "/var/lib/fakegpu/bin/nvidia-smi",
               "library": "/var/lib/fakegpu/lib/libnvidia-ml.so.1"}
 # Where the plugin pod keeps its node's NVML state (the chart's nvml-state volume).
 STATE_DIR_IN_POD = "/run/fakegpu"
-
-
-def clusters_dir() -> Path:
-    return paths.cache_dir() / "kind" / "clusters"
-
-
-@dataclass
-class KindState:
-    name: str
-    k8s_version: str
-    topology: str
-    driver: str
-    node_image: str = ""
-    plugin_image: str = ""
-    workload_image: str = ""
-    phase: str = "creating"
-    containers: dict[str, str] = field(default_factory=dict)  # k8s node -> container
-    workers: list[str] = field(default_factory=list)
-
-    @property
-    def root(self) -> Path:
-        return clusters_dir() / self.name
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"
-
-    def save(self) -> None:
-        fsutil.atomic_write(self.root / "state.json", json.dumps(asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, name: str) -> KindState | None:
-        try:
-            return cls(**json.loads((clusters_dir() / name / "state.json").read_text()))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError) as err:
-            raise FakegpuError(f"kind cluster {name!r}: unreadable state ({err}): run "
-                               f"`{down_command(name, 'kind')}`") from err
 
 
 def choose_node_image(docker: Path, version: str, console: Console) -> str:

@@ -26,7 +26,8 @@ from fakegpu.kube import api as kubeapi
 from fakegpu.plugin import version as plugin_version
 
 if TYPE_CHECKING:
-    from fakegpu.cluster.kind.provider import KindProvider, KindState
+    from fakegpu.cluster.kind.provider import KindProvider
+    from fakegpu.cluster.kind.state import KindState
 
 DAEMONSET = "fakegpu"  # the chart's fullname for release "fakegpu"
 
