@@ -41,7 +41,7 @@ from kubernetes import client, watch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from fakegpu.cluster.embedded import ClusterState, clusters_dir  # noqa: E402
+from fakegpu.cluster.embedded.state import ClusterState, clusters_dir  # noqa: E402
 from fakegpu.kube import api as kubeapi  # noqa: E402
 from fakegpu.kube.resource import GROUP  # noqa: E402
 

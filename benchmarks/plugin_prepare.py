@@ -124,7 +124,7 @@ def control_plane(root: Path) -> Iterator[tuple[Path, Any]]:
     (kubeconfig, CustomObjectsApi)."""
     from kubernetes import client, config
 
-    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
 
     bins = _control_plane_binaries()
     if bins is None:
@@ -263,7 +263,7 @@ def _control_plane_binaries() -> Any:
     """kube-apiserver and etcd from the binary cache, or None: only those two are needed."""
     from types import SimpleNamespace
 
-    from fakegpu.cluster import binaries, bincache
+    from fakegpu.cluster.artifacts import binaries, bincache
 
     version = binaries.resolve_version(None)
     found = {}

@@ -50,11 +50,12 @@ def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         pytest.skip(NOT_GIVEN)
     plugin = external.parse(Path(binary), [], preset="nvidia", driver=None, beside=False,
                             env=[])
-    clusters = get_provider("embedded", driver="nvidia", plugin=plugin)
+    clusters = get_provider("embedded")
     name = f"{request.config.getoption('cluster_name')}-nvd"
     clusters.down(name)
     try:
-        yield clusters.up(name, TOPOLOGY, request.config.getoption("k8s_version"))
+        yield clusters.up(name, TOPOLOGY, request.config.getoption("k8s_version"),
+                          driver="nvidia", plugin=plugin)
     finally:
         if not request.config.getoption("keep_cluster"):
             clusters.down(name)

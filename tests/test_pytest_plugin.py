@@ -162,7 +162,7 @@ def info(name, topology, version):
 class FakeProvider:
     name = "embedded"
 
-    def up(self, name, topology, k8s_version):
+    def up(self, name, topology, k8s_version, *, driver="fakegpu", image_aliases=()):
         record("up", name, str(topology), k8s_version)
         time.sleep(SETTINGS.get("up_seconds", 0))
         if SETTINGS.get("fail_up"):
@@ -173,6 +173,13 @@ class FakeProvider:
 
     def down(self, name):
         record("down", name)
+
+    def down_command(self, name):
+        return f"fakegpu cluster down --name {name}"
+
+    def tag_images(self, name, names):
+        if names:
+            record("tag_images", name, list(names))
 
     def status(self, name):
         record("status", name)
@@ -204,7 +211,7 @@ _patches = pytest.MonkeyPatch()
 
 
 def pytest_configure(config):
-    _patches.setattr(fakegpu.cluster, "get_provider", lambda name, driver="fakegpu": FakeProvider(),
+    _patches.setattr(fakegpu.cluster, "get_provider", lambda name: FakeProvider(),
                      raising=False)
     # These runs test the plugin, not the host: state the prerequisites as present.
     _patches.setattr(prereq, "probe_host", lambda provider, version: prereq.HostFacts(

@@ -167,7 +167,7 @@ def _cluster_name(text: str) -> str:
 def _add_binaries_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # `fakegpu cluster binaries ...` belongs to the binaries concern; absent until it lands.
     try:
-        mod = importlib.import_module("fakegpu.cluster.cli_binaries")
+        mod = importlib.import_module("fakegpu.cluster.artifacts.cli_binaries")
     except ModuleNotFoundError:
         return
     mod.add_commands(cmds)
@@ -182,8 +182,14 @@ def _provider(args: argparse.Namespace, console: Console, *, retain: bool = Fals
     from fakegpu.cluster import get_provider
 
     return get_provider(getattr(args, "provider", "embedded"), console=console,
-                        timeout=float(getattr(args, "timeout", 180.0)), retain=retain,
-                        driver=getattr(args, "driver", drivers.DEFAULT_KEY), plugin=_external(args))
+                        timeout=float(getattr(args, "timeout", 180.0)), retain=retain)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What a new cluster is (``Clusters.up``'s keywords): driver, another vendor's plugin,
+    image aliases."""
+    return {"driver": getattr(args, "driver", drivers.DEFAULT_KEY), "plugin": _external(args),
+            "image_aliases": tuple(getattr(args, "image_alias", None) or ())}
 
 
 def _external(args: argparse.Namespace) -> Any:
@@ -202,30 +208,22 @@ def _up(args: argparse.Namespace) -> int:
     topology = args.topology or default_topology()
     provider = _provider(args, console, retain=args.retain)
     start = time.monotonic()
-    from fakegpu.cluster import imagealiases
-
-    aliases = imagealiases.normalize_all(args.image_alias)  # a bad name exits 2 before bring-up
-    info = provider.up(args.name, topology, args.k8s_version)
-    if aliases:
-        imagealiases.apply(info, aliases)
-        console.print(f"workload image also named {', '.join(aliases)}")
+    # A bad alias name exits 2 before bring-up (the lifecycle checks the spec first).
+    info = provider.up(args.name, topology, args.k8s_version, **_settings(args))
     sim = info.extra.get("simulated_nodes")
     console.print(f"[bold green]cluster {info.name!r} is ready[/] "
                   f"({len(info.nodes)} nodes{f' + {sim} simulated' if sim else ''}, "
                   f"Kubernetes {info.k8s_version}, "
                   f"{time.monotonic() - start:.0f}s)")
-    _print_usage(console, info)
+    _print_usage(console, info, provider.down_command(info.name))
     print(info.kubeconfig)  # stdout: the one thing a script wants
     return 0
 
 
-def _print_usage(console: Console, info: Any) -> None:
+def _print_usage(console: Console, info: Any, down: str) -> None:
     console.print(f"  kubeconfig: {info.kubeconfig}")
     console.print(f"  export KUBECONFIG={info.kubeconfig}")
     console.print("  kubectl get nodes; kubectl get resourceslices")
-    down = "fakegpu cluster down" + ("" if info.name == DEFAULT_NAME else f" --name {info.name}")
-    if info.provider != "embedded":
-        down += f" --provider {info.provider}"
     console.print(f"  remove it: {down}")
 
 
@@ -289,7 +287,7 @@ def _node(args: argparse.Namespace, doing: str, done: str) -> int:
 
 
 def _upgrade_plugin(args: argparse.Namespace) -> int:
-    from fakegpu.cluster.pluginupgrade import check_target
+    from fakegpu.cluster.upgrade import check_target
 
     console = _console()
     target = check_target(args.plugin_version, args.broken, args.strategy,
@@ -344,7 +342,7 @@ spec:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster.artifacts import binaries
 
     console = _console()
     provider = _provider(args, console)
@@ -355,7 +353,8 @@ def _demo(args: argparse.Namespace) -> int:
         if provider.status(name) is not None:
             console.print(f"cluster {name!r} exists but is not healthy: recreating it")
             provider.down(name)
-        provider.up(name, args.topology or default_topology(), args.k8s_version)
+        provider.up(name, args.topology or default_topology(), args.k8s_version,
+                    **_settings(args))
     info = provider.status(name)
     if info is None:
         raise FakegpuError(f"cluster {name!r} vanished while the demo ran")
@@ -376,10 +375,7 @@ def _demo(args: argparse.Namespace) -> int:
     state = info.node(node).nvml_state
     console.print(f"  fakegpu smi --state {state}   # that node's GPUs, as NVML reports them",
                   soft_wrap=True)
-    down = "fakegpu cluster down" + ("" if name == DEFAULT_NAME else f" --name {name}")
-    if info.provider != "embedded":
-        down += f" --provider {info.provider}"
-    console.print(f"  {down}   # remove everything")
+    console.print(f"  {provider.down_command(name)}   # remove everything")
     if "NVIDIA_VISIBLE_DEVICES=" not in log:
         raise FakegpuError(f"the demo pod's output lacks NVIDIA_VISIBLE_DEVICES: {log!r}")
     return 0

@@ -64,8 +64,9 @@ def _simulated(path: Path) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fakegpu.cluster.embedded import fleet as embedded
     from fakegpu.cluster.process import spawn, terminate
-    from fakegpu.fleet import embedded, nodes, run, stages
+    from fakegpu.fleet import nodes, run, stages
     from fakegpu.kube import api as kubeapi
     from fakegpu.topology.load import load_topology
 

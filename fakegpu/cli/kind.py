@@ -83,7 +83,8 @@ def _image(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from fakegpu.cluster import binaries, featuregates
+    from fakegpu.cluster import featuregates
+    from fakegpu.cluster.artifacts import binaries
     from fakegpu.cluster.kind import config
     from fakegpu.topology.load import load_topology
 

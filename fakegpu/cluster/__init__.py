@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo, Clusters, NodeInfo, Provider
 from fakegpu.errors import InvalidInput
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from fakegpu.cluster.external import ExternalPlugin
     from fakegpu.cluster.lifecycle import Lifecycle
 
 PROVIDERS = ("embedded", "kind")
 # `--driver`: the plugin's identity. nvidia: NVIDIA's driver name (gpu.nvidia.com), DeviceClasses
 # gpu.nvidia.com / mig.nvidia.com and extended resource nvidia.com/gpu, so NVIDIA's manifests
 # run unchanged; the plugin then acts as NVIDIA's does (docs/plugin.md).
-DRIVERS = {"fakegpu": "gpu.fakegpu.dev", "nvidia": "gpu.nvidia.com"}
+DRIVERS = drivers.CHOICES
 
 
 def driver_name(driver: str) -> str:
@@ -33,35 +33,25 @@ def driver_name(driver: str) -> str:
 
 
 def get_provider(name: str = "embedded", *, console: Console | None = None,
-                 timeout: float | None = None, retain: bool = False,
-                 driver: str = "fakegpu", plugin: ExternalPlugin | None = None) -> Lifecycle:
+                 timeout: float | None = None, retain: bool = False) -> Lifecycle:
     """The provider called ``name`` under the lifecycle; its module is imported only when
     asked for. ``timeout`` limits each readiness wait (kind waits at least 300 s: its nodes
-    pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed;
-    ``driver`` (``DRIVERS``) is who the plugins of a new cluster are; ``plugin`` another
-    vendor's kubelet plugin to run instead of (or beside) fakegpu's (external.py)."""
+    pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed. What
+    a new cluster is (driver, another vendor's plugin, image aliases) is said to ``up``."""
     from fakegpu.cluster.lifecycle import Lifecycle
     from fakegpu.cluster.process import WaitPolicy
 
     provider: Provider
-    dra_driver = driver_name(driver)
-    if plugin is not None and plugin.beside and plugin.driver_name(dra_driver) == dra_driver:
-        raise InvalidInput(f"--plugin-beside: that plugin publishes {dra_driver}, as fakegpu's "
-                           "plugin does on this cluster; give it another --plugin-driver or "
-                           "run it in fakegpu's place")
     if name == "embedded":
-        from fakegpu.cluster.embedded import EmbeddedProvider
+        from fakegpu.cluster.embedded.provider import EmbeddedProvider
 
         policy = WaitPolicy(timeout=timeout) if timeout is not None else None
-        provider = EmbeddedProvider(console, policy=policy, driver=dra_driver, plugin=plugin)
+        provider = EmbeddedProvider(console, policy=policy)
     elif name == "kind":
         from fakegpu.cluster.kind.provider import KindProvider
 
-        if plugin is not None:
-            raise InvalidInput("--plugin-bin runs a host binary: embedded provider only")
-
         policy = WaitPolicy(timeout=max(timeout, 300.0)) if timeout is not None else None
-        provider = KindProvider(console, policy=policy, driver=dra_driver)
+        provider = KindProvider(console, policy=policy)
     else:
         raise InvalidInput(f"unknown cluster provider {name!r} (known: {', '.join(PROVIDERS)})")
     return Lifecycle(provider, console, retain=retain)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 
 PLACEHOLDERS = ("node", "kubeconfig", "kubelet_root", "registrar_dir", "plugins_dir",
@@ -45,7 +46,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
         "--kubelet-plugins-directory-path={plugins_dir}",
     ),
 }
-PRESET_DRIVERS = {"nvidia": "gpu.nvidia.com", "dra-example": "gpu.example.com"}
+PRESET_DRIVERS = {"nvidia": drivers.NVIDIA, "dra-example": "gpu.example.com"}
 
 
 @dataclass(frozen=True)

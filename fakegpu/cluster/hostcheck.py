@@ -15,7 +15,7 @@ import subprocess
 
 def go_toolchain() -> str | None:
     """The ``go`` the cluster binaries would be built with, or None when there is none."""
-    from fakegpu.cluster.gobuild import Go
+    from fakegpu.cluster.artifacts.gobuild import Go
     from fakegpu.errors import MissingPrerequisite
 
     try:
@@ -30,7 +30,7 @@ def binaries_need_no_build(k8s_version: str | None) -> bool:
     True when the cache holds all of them, or when the user names a directory of prebuilt
     ones (FAKEGPU_BIN_DIR), which the providers copy instead of building.
     """
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster.artifacts import binaries
 
     if os.environ.get(binaries.BIN_DIR_ENV):
         return True

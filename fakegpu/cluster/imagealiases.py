@@ -2,9 +2,10 @@
 
 A manifest written for a real cluster names images like ``ubuntu:22.04`` or
 ``nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04``; nodes that cannot pull would leave such pods
-in ``ErrImagePull``. ``apply`` tags fakegpu's workload image (a shell and busybox's tools) with
-those names in every node's containerd (namespace ``k8s.io``, where the CRI looks), so the
-kubelet finds them present and pulls nothing. With a registry nothing else changes: only tags
+in ``ErrImagePull``. Each provider's ``tag_images`` (a step of ``up`` when asked) tags
+fakegpu's workload image (a shell and busybox's tools) with those names in every node's
+containerd (namespace ``k8s.io``, where the CRI looks), so the kubelet finds them present and
+pulls nothing. With a registry nothing else changes: only tags
 are added, and an image the user loads later under the same name replaces the tag.
 
 Names are normalized as the kubelet and containerd do (``ubuntu:22.04`` is
@@ -17,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.errors import FakegpuError, InvalidInput
 
 # The distribution reference grammar, reduced to what a tag needs: a path of lowercase
@@ -59,42 +59,14 @@ def tag_commands(ctr: Sequence[str], source: str, aliases: Sequence[str]) -> lis
             for alias in aliases]
 
 
-def apply(info: ClusterInfo, aliases: Sequence[str]) -> list[str]:
-    """Tag the cluster's workload image with ``aliases`` on every node that runs pods; return
-    the normalized names."""
-    names = normalize_all(aliases)
-    if not names:
-        return []
+def tag(source: str, names: Sequence[str], ctrs: Sequence[tuple[str, list[str]]]) -> None:
+    """Tag ``source`` with each of ``names`` (normalized) through each node's ``ctr``
+    (node name, command with its address): what each provider's ``tag_images`` runs."""
     from fakegpu.cluster.process import CommandError, run
 
-    for node, ctr in _node_ctrs(info):
-        for cmd in tag_commands(ctr, info.workload_image, names):
+    for node, ctr in ctrs:
+        for cmd in tag_commands(ctr, source, names):
             try:
                 run(cmd, timeout=60)
             except CommandError as err:
-                raise FakegpuError(f"node {node}: tagging {info.workload_image} failed: "
-                                   f"{err}") from None
-    return names
-
-
-def _node_ctrs(info: ClusterInfo) -> list[tuple[str, list[str]]]:
-    """Per node with a containerd: its name and how to run ``ctr`` against it."""
-    if info.provider == "kind":
-        from fakegpu.cluster.kind import dockerhost
-        from fakegpu.cluster.kind.provider import KindState
-
-        kst = KindState.load(info.name)
-        docker = dockerhost.docker_client()
-        if kst is None or docker is None:
-            raise FakegpuError(f"kind cluster {info.name!r}: no state or no docker client")
-        return [(node, [str(docker), "exec", container, "ctr"])
-                for node, container in sorted(kst.containers.items())]
-    from fakegpu.cluster.embedded import ClusterState, cached_binaries, clusters_dir
-
-    est = ClusterState.load(clusters_dir() / info.name)
-    bins = cached_binaries(est.k8s_version)
-    if bins is None:
-        raise FakegpuError(f"cluster {info.name!r}: Kubernetes {est.k8s_version} binaries "
-                           "are no longer cached")
-    return [(n.name, [str(bins.ctr), "--address", str(est.layout(n).containerd_socket)])
-            for n in est.nodes]
+                raise FakegpuError(f"node {node}: tagging {source} failed: {err}") from None

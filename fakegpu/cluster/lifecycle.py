@@ -20,13 +20,22 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from fakegpu.cluster.names import validate_name
-from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, Provider, Provisioning
+from fakegpu.cluster import imagealiases
+from fakegpu.cluster.names import down_command, validate_name
+from fakegpu.cluster.provider import (
+    Action,
+    ClusterInfo,
+    ClusterSpec,
+    PluginInstances,
+    Provider,
+    Provisioning,
+)
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.topology.load import load_topology
 
 if TYPE_CHECKING:
-    from fakegpu.cluster.pluginupgrade import Target
+    from fakegpu.cluster.external import ExternalPlugin
+    from fakegpu.cluster.upgrade import Target
 
 
 class Progress:
@@ -47,18 +56,28 @@ class Progress:
             action.run()
 
 
-def load_spec(name: str, topology: Path, k8s_version: str | None) -> ClusterSpec:
+def load_spec(name: str, topology: Path, k8s_version: str | None, *,
+              driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
+              image_aliases: Sequence[str] = ()) -> ClusterSpec:
     """Validate what ``up`` was asked for; every problem is InvalidInput naming the input."""
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster import driver_name
+    from fakegpu.cluster.artifacts import binaries
 
     validate_name(name)
+    dra_driver = driver_name(driver)
+    if plugin is not None and plugin.beside and plugin.driver_name(dra_driver) == dra_driver:
+        raise InvalidInput(f"--plugin-beside: that plugin publishes {dra_driver}, as fakegpu's "
+                           "plugin does on this cluster; give it another --plugin-driver or "
+                           "run it in fakegpu's place")
+    aliases = tuple(imagealiases.normalize_all(image_aliases))
     if not topology.is_file():
         raise InvalidInput(f"topology file not found: {topology}")
     topo = load_topology(topology)
     if not topo.nodes:
         raise InvalidInput(f"{topology}: the topology has no nodes")
     return ClusterSpec(name=name, topology_file=topology.resolve(), topology=topo,
-                       k8s_version=binaries.resolve_version(k8s_version))
+                       k8s_version=binaries.resolve_version(k8s_version), driver=dra_driver,
+                       plugin=plugin, image_aliases=aliases)
 
 
 class Lifecycle:
@@ -74,11 +93,14 @@ class Lifecycle:
     def name(self) -> str:
         return self.provider.name
 
-    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
-        spec = load_spec(name, topology, k8s_version)
+    def up(self, name: str, topology: Path, k8s_version: str | None, *,
+           driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
+           image_aliases: Sequence[str] = ()) -> ClusterInfo:
+        spec = load_spec(name, topology, k8s_version, driver=driver, plugin=plugin,
+                         image_aliases=image_aliases)
         if self.provider.exists(name):
             raise InvalidInput(f"cluster {name!r} already exists (or is left over): run "
-                               f"`{self._down_command(name)}` first")
+                               f"`{self.down_command(name)}` first")
         self.provider.check_host(spec)
         progress = Progress(self.console)
         bringup = self.provider.provision(spec)
@@ -109,7 +131,7 @@ class Lifecycle:
             err.add_note(f"marking cluster {name!r} failed also failed: {why}")
         if self.retain:
             self.console.print(f"[yellow]keeping the failed cluster {name!r} (--retain); "
-                               f"remove it with `{self._down_command(name)}`[/]")
+                               f"remove it with `{self.down_command(name)}`[/]")
             return
         # Deleting the cluster removes its logs: keep a copy for the post-mortem first.
         saved = Path(tempfile.mkdtemp(prefix=f"fakegpu-{name}-failed-"))
@@ -125,11 +147,10 @@ class Lifecycle:
             self.provider.delete(name)
         except Exception as why:
             err.add_note(f"removing the failed cluster failed too ({why}): run "
-                         f"`{self._down_command(name)}`")
+                         f"`{self.down_command(name)}`")
 
-    def _down_command(self, name: str) -> str:
-        flag = "" if self.name == "embedded" else f" --provider {self.name}"
-        return f"fakegpu cluster down{flag} --name {name}"
+    def down_command(self, name: str) -> str:
+        return down_command(name, self.name)
 
     def down(self, name: str) -> None:
         self.provider.delete(validate_name(name))
@@ -156,3 +177,10 @@ class Lifecycle:
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = lambda _line: None) -> list[str]:
         return self.provider.upgrade_plugin(validate_name(name), target, say)
+
+    def plugin_instances(self, name: str) -> PluginInstances:
+        return self.provider.plugin_instances(validate_name(name))
+
+    def tag_images(self, name: str, names: Sequence[str]) -> None:
+        if normalized := imagealiases.normalize_all(names):
+            self.provider.tag_images(validate_name(name), normalized)

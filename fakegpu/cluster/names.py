@@ -23,3 +23,9 @@ def validate_name(name: str) -> str:
         raise InvalidInput(f"cluster name {name!r}: use {RULE} "
                            "(it becomes part of paths, cgroups and interface names)")
     return name
+
+
+def down_command(name: str, provider: str = "embedded") -> str:
+    """The command that removes cluster ``name`` of ``provider``: every hint spells it so."""
+    flag = "" if provider == "embedded" else f" --provider {provider}"
+    return f"fakegpu cluster down{flag} --name {name}"

@@ -1,4 +1,4 @@
-"""The one interface every cluster provider implements (``embedded.py``, ``kind/``).
+"""The one interface every cluster provider implements (``embedded/``, ``kind/``).
 
 A provider only provisions, lists, deletes and collects logs; the create/delete flow above it
 (validation, the exists check, progress, state first, logs and cleanup on failure) is written
@@ -15,8 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from fakegpu.cluster.pluginupgrade import Target
+    from fakegpu.cluster.external import ExternalPlugin
+    from fakegpu.cluster.upgrade import Target
     from fakegpu.topology.model import Topology
+
+# Node -> the plugin instances alive there: {"version", "instance", "role"} each.
+PluginInstances = dict[str, list[dict[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,9 @@ class ClusterSpec:
     topology_file: Path  # absolute
     topology: Topology  # loaded once, from topology_file
     k8s_version: str  # the pinned patch release, e.g. "1.37.2"
+    driver: str = "gpu.fakegpu.dev"  # the DRA driver name the plugins register as
+    plugin: ExternalPlugin | None = None  # another vendor's plugin (--plugin-bin), embedded
+    image_aliases: tuple[str, ...] = ()  # normalized names the workload image also gets
 
 
 @dataclass(frozen=True)
@@ -162,9 +169,19 @@ class Provider(Protocol):
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = ...) -> list[str]:
         """Roll every worker's plugin to ``target`` (version, strategy), node by node, as the
-        DaemonSet does (``fakegpu.cluster.pluginupgrade``); the nodes it changed.
+        DaemonSet does (``fakegpu.cluster.embedded.pluginupgrade``); the nodes it changed.
         UpgradeStalled when a new instance never becomes ready (the old one keeps serving).
         """
+        ...
+
+    def plugin_instances(self, name: str) -> PluginInstances:
+        """Node -> the plugin instances alive there now (an upgrade overlaps two): the
+        embedded provider's processes, kind's DaemonSet pods that are not gone yet."""
+        ...
+
+    def tag_images(self, name: str, names: Sequence[str]) -> None:
+        """The cluster's workload image under ``names`` (normalized) too, on every node
+        that runs pods (``imagealiases.py``); tagging again is harmless."""
         ...
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
@@ -186,8 +203,14 @@ class Clusters(Protocol):
         """The provider's name."""
         ...
 
-    def up(self, name: str, topology: Path, k8s_version: str | None) -> ClusterInfo:
+    def up(self, name: str, topology: Path, k8s_version: str | None, *,
+           driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
+           image_aliases: Sequence[str] = ()) -> ClusterInfo:
         """Create the cluster; return once every node is Ready and every node's slices exist.
+
+        ``driver`` (``fakegpu.cluster.DRIVERS``) is who its plugins are, ``plugin`` another
+        vendor's kubelet plugin to run instead of (or beside) fakegpu's, ``image_aliases``
+        names the workload image gets too: all of it goes to the provider in the spec.
 
         A leftover cluster of the same name is an error naming `fakegpu cluster down`.
         On failure, the logs are saved and everything made so far is removed before the error
@@ -214,3 +237,11 @@ class Clusters(Protocol):
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]: ...
+
+    def plugin_instances(self, name: str) -> PluginInstances: ...
+
+    def tag_images(self, name: str, names: Sequence[str]) -> None: ...
+
+    def down_command(self, name: str) -> str:
+        """The command that removes cluster ``name``: the one spelling of the hint."""
+        ...

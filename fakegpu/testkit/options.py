@@ -30,7 +30,7 @@ class Options:
         provider = str(config.getoption("fakegpu_provider"))
         version = config.getoption("k8s_version")
         if version is not None:
-            from fakegpu.cluster import binaries
+            from fakegpu.cluster.artifacts import binaries
             from fakegpu.errors import FakegpuError
 
             try:

@@ -113,8 +113,7 @@ class E2ESession:
         if self._provider is None:
             from fakegpu import cluster
 
-            self._provider = cluster.get_provider(self.options.provider,
-                                                  driver=self.options.driver)
+            self._provider = cluster.get_provider(self.options.provider)
         return self._provider
 
     def cluster_name(self, topology: Path) -> str:
@@ -206,11 +205,10 @@ class E2ESession:
                         return Outcome(error=(
                             f"cluster {name} is running but cannot be reused: "
                             + "; ".join(problems)
-                            + " (remove it with `fakegpu cluster down --name "
-                            + f"{name}`)"))
+                            + f" (remove it with `{provider.down_command(name)}`)"))
                     self._say(f"fakegpu: reusing running cluster {name} "
                               f"(--keep-cluster)")
-                    _alias_images(running, opts.image_aliases)
+                    provider.tag_images(name, opts.image_aliases)
                     return Outcome(info=running, reused=True)
             if not topology.is_file():
                 return Outcome(error=f"topology {topology} does not exist")
@@ -219,8 +217,8 @@ class E2ESession:
                       f"{opts.k8s_version or 'newest supported'}); the first run builds the "
                       "binaries, which takes a long time")
             started = time.monotonic()
-            info = provider.up(name, topology, opts.k8s_version)
-            _alias_images(info, opts.image_aliases)
+            info = provider.up(name, topology, opts.k8s_version, driver=opts.driver,
+                               image_aliases=opts.image_aliases)
             seconds = time.monotonic() - started
         except Exception as err:  # every failure to come up is an error of the e2e tests
             return Outcome(error=f"bringing up cluster {name} failed: "
@@ -334,8 +332,10 @@ class E2ESession:
             tr.write_sep("-", f"fakegpu e2e: cluster {summary.name} {how} ({summary.provider}, "
                               f"Kubernetes {summary.k8s_version}, {summary.nodes} nodes)")
             if self.options.keep_cluster:
+                from fakegpu.cluster.names import down_command
+
                 tr.write_line(f"cluster {summary.name} left running (--keep-cluster); remove "
-                              f"it with `fakegpu cluster down --name {summary.name}`")
+                              f"it with `{down_command(summary.name, summary.provider)}`")
 
     # -- diagnostics --
 
@@ -395,7 +395,7 @@ def reuse_problems(info: ClusterInfo, opts: Options,
     if Path(info.topology).resolve() != topology.resolve():
         problems.append(f"its topology is {info.topology}, not {topology}")
     if opts.k8s_version is not None:
-        from fakegpu.cluster import binaries
+        from fakegpu.cluster.artifacts import binaries
 
         wanted = binaries.resolve_version(opts.k8s_version)
         if info.k8s_version.removeprefix("v") != wanted:
@@ -427,15 +427,6 @@ def _api_problems(info: ClusterInfo) -> list[str]:
     expected = {n.name for n in info.nodes}
     not_ready = sorted(expected - ready)
     return [f"node(s) {', '.join(not_ready)} are not Ready"] if not_ready else []
-
-
-def _alias_images(info: ClusterInfo, aliases: tuple[str, ...]) -> None:
-    """--fakegpu-image-alias: the workload image under those names too (tags are idempotent,
-    so a reused cluster gets them as well)."""
-    if aliases:
-        from fakegpu.cluster import imagealiases
-
-        imagealiases.apply(info, aliases)
 
 
 def describe(err: BaseException) -> str:

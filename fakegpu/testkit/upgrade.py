@@ -2,7 +2,7 @@
 
 ``upgrade_plugin(cluster, version=...)`` is the one provider-neutral entry: the embedded
 provider rolls its plugin processes node by node, kind upgrades the Helm release (both as a
-DaemonSet with maxSurge 1 would, ``fakegpu.cluster.pluginupgrade``). ``Background`` runs it in
+DaemonSet with maxSurge 1 would, ``fakegpu.cluster.upgrade``). ``Background`` runs it in
 a thread so a load (``testkit.load``) runs meanwhile; ``Sampler`` records, every half second,
 each node's published device count (ResourceSlices, from the API) and its live plugin
 instances (the provider's status); ``write_timeline`` turns a run into JSON and a PNG.
@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakegpu import drivers
 from fakegpu.cluster import get_provider
-from fakegpu.cluster.pluginupgrade import UpgradeStalled, check_target
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.cluster.upgrade import UpgradeStalled, check_target
 
 from .dra import ResourceApi
 from .load import LoadReport
@@ -38,53 +37,18 @@ def upgrade_plugin(cluster: ClusterInfo, *, version: str, broken: bool = False,
     target = check_target(version, broken, strategy, kill_old=kill_old,
                           prepare_delay_s=prepare_delay_s, nodes=nodes,
                           ready_timeout_s=timeout)
-    provider = get_provider(cluster.provider, timeout=timeout, driver=_driver_key(cluster))
-    return provider.upgrade_plugin(cluster.name, target)
-
-
-def _driver_key(cluster: ClusterInfo) -> str:
-    return drivers.key_of(cluster.driver_name)
+    return get_provider(cluster.provider, timeout=timeout).upgrade_plugin(cluster.name, target)
 
 
 # Roles of an instance that serves: registered by the kubelet (embedded), Ready (kind).
 SERVING = ("plugin", "ready")
-# The chart's plugin pods (its selector labels for release "fakegpu").
-PLUGIN_NAMESPACE = "fakegpu-system"
-PLUGIN_SELECTOR = "app.kubernetes.io/name=fakegpu,app.kubernetes.io/instance=fakegpu"
 
 
 def plugin_instances(cluster: ClusterInfo) -> dict[str, list[dict[str, str]]]:
-    """Node -> the plugin instances alive there now: on kind the DaemonSet's pods that are
-    not gone yet (from the API), on the embedded provider its processes (its status)."""
-    if cluster.provider == "kind":
-        from kubernetes import client as kclient
-
-        from fakegpu.kube import api as kubeapi
-
-        out: dict[str, list[dict[str, str]]] = {n.name: [] for n in cluster.nodes}
-        with kubeapi.session(cluster.kubeconfig) as api:
-            pods: list[Any] = kclient.CoreV1Api(api).list_namespaced_pod(
-                PLUGIN_NAMESPACE, label_selector=PLUGIN_SELECTOR).items
-        for pod in pods:
-            # Alive: its plugin container runs (a pod being deleted may still run it).
-            running = any(c.name == "plugin" and c.state and c.state.running
-                          for c in pod.status.container_statuses or ())
-            if running and pod.spec.node_name in out:
-                ready = any(c.type == "Ready" and c.status == "True"
-                            for c in pod.status.conditions or ())
-                # A pod being deleted is told to stop as soon as its kubelet gets to it; the
-                # kubelet reports the container gone later, late by tens of seconds on a
-                # loaded host, so from the API its serving ends when its deletion begins.
-                role = ("stopping" if pod.metadata.deletion_timestamp is not None
-                        else "ready" if ready else "starting")
-                image = pod.spec.containers[0].image or ""
-                out[pod.spec.node_name].append({"version": image.rsplit(":", 1)[-1],
-                                                "instance": str(pod.metadata.uid),
-                                                "role": role})
-        return out
-    info = get_provider(cluster.provider).status(cluster.name)
-    plugins: dict[str, list[dict[str, str]]] = (info.extra.get("plugins") or {}) if info else {}
-    return plugins
+    """Node -> the plugin instances alive there now, as the cluster's provider sees them:
+    on kind the DaemonSet's pods that are not gone yet, on the embedded provider its
+    processes."""
+    return get_provider(cluster.provider).plugin_instances(cluster.name)
 
 
 class Background:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from fakegpu.cluster import binaries, bincache, download, gobuild
-from fakegpu.cluster.bincache import Component, Probe
+from fakegpu.cluster.artifacts import binaries, bincache, download, gobuild
+from fakegpu.cluster.artifacts.bincache import Component, Probe
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 
 
@@ -489,7 +489,7 @@ def test_cli_binaries_prints_the_cached_paths_as_json(
 ) -> None:
     import argparse
 
-    from fakegpu.cluster import cli_binaries
+    from fakegpu.cluster.artifacts import cli_binaries
 
     parser = argparse.ArgumentParser()
     cli_binaries.add_commands(parser.add_subparsers())

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fakegpu.cluster.controlplane import ControlPlane
+from fakegpu.cluster.embedded.controlplane import ControlPlane
 from fakegpu.cluster.process import ComponentError, WaitPolicy, is_alive, pids_matching
 
 pytestmark = pytest.mark.integration
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def bins() -> Any:
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster.artifacts import binaries
 
     found = binaries.cached()
     if found is None:

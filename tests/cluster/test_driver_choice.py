@@ -7,7 +7,11 @@ import pytest
 
 from fakegpu.cli import build_parser
 from fakegpu.cluster import driver_name, get_provider
+from fakegpu.cluster.lifecycle import load_spec
 from fakegpu.errors import InvalidInput
+from fakegpu.paths import repo_fixtures_dir
+
+TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
 
 
 @pytest.mark.parametrize("provider", ["embedded", "kind"])
@@ -15,13 +19,18 @@ from fakegpu.errors import InvalidInput
                                               ("nvidia", "gpu.nvidia.com")])
 def test_the_provider_runs_the_plugins_as_the_chosen_driver(provider: str, driver: str,
                                                             name: str) -> None:
-    clusters = get_provider(provider, driver=driver)
-    assert clusters.provider.driver == name  # type: ignore[attr-defined]
+    spec = load_spec("c1", TOPOLOGY, None, driver=driver)
+    assert spec.driver == name
+    # What the provider records of the new cluster (and its plugins are started with).
+    bringup = get_provider(provider).provider.provision(spec)
+    assert bringup.state.driver == name  # type: ignore[attr-defined]
 
 
 def test_an_unknown_driver_is_bad_input() -> None:
     with pytest.raises(InvalidInput, match="unknown driver 'amd'"):
         driver_name("amd")
+    with pytest.raises(InvalidInput, match="unknown driver 'amd'"):
+        load_spec("c1", TOPOLOGY, None, driver="amd")
 
 
 def test_cluster_up_takes_the_driver() -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from fakegpu.cluster import cleanup, embedded, get_provider
+from fakegpu.cluster import cleanup, get_provider
+from fakegpu.cluster.embedded import state, worker
 from fakegpu.cluster.lifecycle import Lifecycle
 from fakegpu.cluster.process import WaitPolicy, pids_matching, wait_until
 from fakegpu.cluster.provider import ClusterInfo
@@ -32,12 +33,12 @@ TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"  # one node, 8 GPUs
 def _missing() -> str | None:
     if os.geteuid() != 0:
         return "needs root (mounts, cgroups, interfaces)"
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster.artifacts import binaries
 
     if binaries.cached() is None:
         return ("Kubernetes binaries are not cached: run `fakegpu cluster binaries` "
                 "(or `make demo`) first")
-    for mod in ("fakegpu.cluster.images", "fakegpu.nvml.state"):
+    for mod in ("fakegpu.cluster.artifacts.images", "fakegpu.nvml.state"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError:
@@ -59,16 +60,16 @@ def cluster() -> Iterator[tuple[Lifecycle, ClusterInfo]]:
         provider.down(NAME)
 
 
-def _state() -> embedded.ClusterState:
-    return embedded.ClusterState.load(embedded.clusters_dir() / NAME)
+def _state() -> state.ClusterState:
+    return state.ClusterState.load(state.clusters_dir() / NAME)
 
 
 def test_node_ready_with_slices(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     _, info = cluster
     st = _state()
     (node,) = info.nodes
-    assert embedded.node_ready(st, node.name)
-    slices = embedded.node_slices(st, node.name)
+    assert worker.node_ready(st, node.name)
+    slices = worker.node_slices(st, node.name)
     devices = [d for s in slices for d in s["spec"].get("devices", [])]
     assert len(devices) >= 8  # the DGX H100's eight GPUs (MIG-capable ones may add more)
     assert info.kubeconfig.is_file()
@@ -79,7 +80,7 @@ def test_node_ready_with_slices(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
 
 
 def _kubectl() -> Path:
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster.artifacts import binaries
 
     found = binaries.cached()
     assert found is not None
@@ -160,13 +161,13 @@ def test_stop_and_start_node(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
     after = provider.status(NAME)
     assert after is not None and not after.node(node).running
     st = _state()
-    wait_until(f"node {node} NotReady", lambda: not embedded.node_ready(st, node),
+    wait_until(f"node {node} NotReady", lambda: not worker.node_ready(st, node),
                WaitPolicy(timeout=120, interval=2))
     provider.start_node(NAME, node)
     again = provider.status(NAME)
     assert again is not None and again.node(node).running
-    assert embedded.node_ready(st, node)
-    assert embedded.node_slices(st, node)
+    assert worker.node_ready(st, node)
+    assert worker.node_slices(st, node)
 
 
 def test_down_leaves_nothing(cluster: tuple[Lifecycle, ClusterInfo]) -> None:
@@ -220,7 +221,7 @@ def test_failed_up_saves_logs_and_leaves_nothing(fail_at: Any,
         assert {"cp/etcd.log", "cp/kube-apiserver.log", f"{node}/kubelet.log",
                 f"{node}/containerd.log"} <= logs, logs
         assert (saved / f"{node}" / "kubelet.log").stat().st_size > 0
-        root = embedded.clusters_dir() / name
+        root = state.clusters_dir() / name
         assert not root.exists()
         assert pids_matching(lambda argv: any(str(root) in a for a in argv)) == []
         assert cleanup.mounts_under(Path("/proc/self/mountinfo").read_text(), root) == []

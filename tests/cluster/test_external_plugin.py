@@ -10,7 +10,11 @@ import pytest
 from fakegpu.cli import build_parser
 from fakegpu.cli.cluster import _external
 from fakegpu.cluster import external, get_provider
+from fakegpu.cluster.lifecycle import load_spec
 from fakegpu.errors import InvalidInput
+from fakegpu.paths import repo_fixtures_dir
+
+TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
 
 VALUES = {"node": "nv-0", "kubeconfig": "/c/n0/plugin.kubeconfig", "kubelet_root": "/c/n0/kubelet",
           "registrar_dir": "/c/n0/kubelet/plugins_registry",
@@ -75,15 +79,18 @@ def test_cluster_up_hands_the_plugin_to_the_embedded_provider(binary: Path) -> N
         "cluster", "up", "--driver", "nvidia", "--plugin-bin", str(binary),
         "--plugin-preset", "nvidia", "--plugin-arg=-v=4"])
     plugin = _external(args)
-    clusters = get_provider("embedded", driver="nvidia", plugin=plugin)
-    assert clusters.provider.plugin == plugin  # type: ignore[attr-defined]
+    spec = load_spec("c1", TOPOLOGY, None, driver=args.driver, plugin=plugin)
+    assert spec.plugin == plugin
+    bringup = get_provider("embedded").provider.provision(spec)
+    assert bringup.state.plugin == plugin.to_json()  # type: ignore[attr-defined]
     assert build_parser().parse_args(["cluster", "up"]).plugin_bin is None
 
 
 def test_kind_refuses_a_host_binary(binary: Path) -> None:
     plugin = external.parse(binary, [], preset=None, driver=None, beside=False, env=[])
+    spec = load_spec("c1", TOPOLOGY, None, plugin=plugin)
     with pytest.raises(InvalidInput, match="embedded provider only"):
-        get_provider("kind", plugin=plugin)
+        get_provider("kind").provider.check_host(spec)
 
 
 def test_a_plugin_of_another_driver_gets_its_status_right_and_device_class(binary: Path
@@ -111,5 +118,5 @@ def test_beside_fakegpus_plugin_it_must_be_another_driver(binary: Path) -> None:
     same = external.parse(binary, [], preset="nvidia", driver=None, beside=True, env=[])
     with pytest.raises(InvalidInput, match=r"--plugin-beside: that plugin publishes "
                                            r"gpu\.nvidia\.com"):
-        get_provider("embedded", driver="nvidia", plugin=same)
-    assert get_provider("embedded", driver="fakegpu", plugin=same) is not None
+        load_spec("c1", TOPOLOGY, None, driver="nvidia", plugin=same)
+    assert load_spec("c1", TOPOLOGY, None, driver="fakegpu", plugin=same).plugin == same

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fakegpu import wait as waiting
-from fakegpu.cluster import binaries, images, oci
+from fakegpu.cluster.artifacts import binaries, images, oci
 
 
 def read_archive(data: bytes) -> dict[str, bytes]:

@@ -14,11 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakegpu.cluster import cleanup, embedded
-from fakegpu.cluster import node as nodemod
-from fakegpu.cluster.node import (
+from fakegpu.cluster import cleanup, inotify
+from fakegpu.cluster.embedded import bringup, state
+from fakegpu.cluster.embedded import node as nodemod
+from fakegpu.cluster.embedded.layout import (
+    HOST_DEVICE_PLUGINS,
     MAX_SOCKET_PATH,
     longest_socket_path,
+)
+from fakegpu.cluster.embedded.node import (
     render_cni_config,
     render_containerd_config,
     render_kubelet_config,
@@ -44,7 +48,7 @@ class FakeBins:
     cni_bin_dir: Path = Path("/b/cni")
 
 
-LAYOUT = embedded.node_layout("c1", Path("/var/lib/fakegpu/c1"), 3, 2, "gpu-node-2")
+LAYOUT = state.node_layout("c1", Path("/var/lib/fakegpu/c1"), 3, 2, "gpu-node-2")
 
 
 def test_containerd_config_confines_the_node() -> None:
@@ -96,7 +100,7 @@ def test_kubelet_config_identity_and_cgroups() -> None:
 
 def test_nodes_of_one_cluster_never_share_addresses_or_names() -> None:
     root = Path("/var/lib/fakegpu/c1")
-    layouts = [embedded.node_layout("c1", root, 0, i, f"n{i}") for i in range(embedded.MAX_NODES)]
+    layouts = [state.node_layout("c1", root, 0, i, f"n{i}") for i in range(bringup.MAX_NODES)]
     for attr in ("ip", "pod_subnet", "bridge", "root", "cgroup_root", "containerd_socket"):
         values = [getattr(lay, attr) for lay in layouts]
         assert len(set(values)) == len(values), attr
@@ -106,7 +110,7 @@ def test_nodes_of_one_cluster_never_share_addresses_or_names() -> None:
 def test_default_layout_sockets_fit() -> None:
     path, length = longest_socket_path(LAYOUT, "gpu.fakegpu.dev")
     assert length == len(os.fsencode(path)) <= MAX_SOCKET_PATH
-    deep = embedded.node_layout("c1", Path("/x" * 40), 0, 0, "n")
+    deep = state.node_layout("c1", Path("/x" * 40), 0, 0, "n")
     assert longest_socket_path(deep, "gpu.fakegpu.dev")[1] > MAX_SOCKET_PATH
 
 
@@ -114,7 +118,7 @@ def test_runc_wrapper_strips_seccomp_and_passes_arguments(tmp_path: Path) -> Non
     import subprocess
     import sys
 
-    from fakegpu.cluster.node import write_runc_wrapper
+    from fakegpu.cluster.embedded.node import write_runc_wrapper
 
     fake_runc = tmp_path / "runc"
     # Stands in for runc: prints its arguments and the bundle's spec as it sees them.
@@ -171,11 +175,11 @@ def test_fatal_log_lines_ignore_healthy_starts(line: str) -> None:
 
 
 def test_inotify_need_grows_with_nodes_and_use() -> None:
-    none = nodemod.InotifyUse(0, 0)
-    one, four = nodemod.inotify_need(1, none), nodemod.inotify_need(4, none)
+    none = inotify.InotifyUse(0, 0)
+    one, four = inotify.inotify_need(1, none), inotify.inotify_need(4, none)
     assert four["max_user_instances"] > one["max_user_instances"]
     assert four["max_user_watches"] > one["max_user_watches"]
-    busy = nodemod.inotify_need(4, nodemod.InotifyUse(100, 5000))
+    busy = inotify.inotify_need(4, inotify.InotifyUse(100, 5000))
     assert busy["max_user_instances"] == four["max_user_instances"] + 100
     assert busy["max_user_watches"] == four["max_user_watches"] + 5000
     # The report's case: a 4-node cluster next to ~100 instances already in use needs > 128.
@@ -192,7 +196,7 @@ def _sysctls(tmp_path: Path, instances: int, watches: int) -> Path:
 
 def test_ensure_inotify_raises_low_limits_to_at_least_kinds(tmp_path: Path) -> None:
     d = _sysctls(tmp_path, 128, 8192)
-    lines = nodemod.ensure_inotify({"max_user_instances": 200, "max_user_watches": 40000}, d)
+    lines = inotify.ensure_inotify({"max_user_instances": 200, "max_user_watches": 40000}, d)
     assert (d / "max_user_instances").read_text().strip() == "512"
     assert (d / "max_user_watches").read_text().strip() == "524288"
     assert len(lines) == 2
@@ -202,11 +206,11 @@ def test_ensure_inotify_raises_low_limits_to_at_least_kinds(tmp_path: Path) -> N
 def test_ensure_inotify_raises_beyond_kind_when_needed_and_keeps_high_ones(
         tmp_path: Path) -> None:
     d = _sysctls(tmp_path, 128, 1_000_000)
-    lines = nodemod.ensure_inotify({"max_user_instances": 3000, "max_user_watches": 40000}, d)
+    lines = inotify.ensure_inotify({"max_user_instances": 3000, "max_user_watches": 40000}, d)
     assert (d / "max_user_instances").read_text().strip() == "3000"
     assert (d / "max_user_watches").read_text().strip() == "1000000"  # never lowered
     assert len(lines) == 1
-    assert nodemod.ensure_inotify({"max_user_instances": 3000}, d) == []
+    assert inotify.ensure_inotify({"max_user_instances": 3000}, d) == []
 
 
 def test_ensure_inotify_fails_fast_naming_sysctl_and_value(tmp_path: Path) -> None:
@@ -216,7 +220,7 @@ def test_ensure_inotify_fails_fast_naming_sysctl_and_value(tmp_path: Path) -> No
     (d / "max_user_instances").symlink_to("/proc/sys/fs/file-nr")
     with pytest.raises(MissingPrerequisite,
                        match=r"fs\.inotify\.max_user_instances=1000000000"):
-        nodemod.ensure_inotify({"max_user_instances": 1_000_000_000}, d)
+        inotify.ensure_inotify({"max_user_instances": 1_000_000_000}, d)
 
 
 def _fake_proc(root: Path, pid: int, euid: int, fds: dict[int, tuple[str, int]]) -> None:
@@ -235,22 +239,22 @@ def test_inotify_in_use_counts_instances_and_watches_of_one_user(tmp_path: Path)
                                  5: ("/dev/null", 0)})
     _fake_proc(tmp_path, 11, 1000, {3: ("anon_inode:inotify", 7)})  # another user's
     (tmp_path / "self").mkdir()
-    assert nodemod.inotify_in_use(0, tmp_path) == nodemod.InotifyUse(2, 5)
-    assert nodemod.inotify_in_use(1000, tmp_path) == nodemod.InotifyUse(1, 7)
+    assert inotify.inotify_in_use(0, tmp_path) == inotify.InotifyUse(2, 5)
+    assert inotify.inotify_in_use(1000, tmp_path) == inotify.InotifyUse(1, 7)
 
 
 def test_inotify_in_use_sees_a_real_instance(tmp_path: Path) -> None:
     # A /proc holding only this process: other processes come and go while the test runs.
     (tmp_path / str(os.getpid())).symlink_to(f"/proc/{os.getpid()}")
     libc = ctypes.CDLL(None, use_errno=True)
-    before = nodemod.inotify_in_use(os.geteuid(), tmp_path)
+    before = inotify.inotify_in_use(os.geteuid(), tmp_path)
     fd = libc.inotify_init()
     if fd < 0:
         pytest.skip(f"inotify_init failed: errno {ctypes.get_errno()}")
     try:
         assert libc.inotify_add_watch(fd, b"/", 0x100) >= 0  # IN_CREATE
         assert libc.inotify_add_watch(fd, b"/tmp", 0x100) >= 0
-        during = nodemod.inotify_in_use(os.geteuid(), tmp_path)
+        during = inotify.inotify_in_use(os.geteuid(), tmp_path)
     finally:
         os.close(fd)
     assert during.instances == before.instances + 1
@@ -265,7 +269,7 @@ def test_kubelet_runs_in_its_own_mount_namespace() -> None:
     assert Path(argv[0]).name == "unshare"
     assert argv[1:5] == ["--mount", "--propagation", "unchanged", "--"]
     script = argv[argv.index("-c") + 1]
-    assert f"mount --bind \"$1\" {nodemod.HOST_DEVICE_PLUGINS}" in script
+    assert f"mount --bind \"$1\" {HOST_DEVICE_PLUGINS}" in script
     assert script.rstrip().endswith('exec "$@"')
     rest = argv[argv.index("-c") + 3:]
     assert rest[0] == str(LAYOUT.device_plugins_dir)
@@ -306,7 +310,7 @@ def test_kubelet_namespace_keeps_device_plugins_private_and_shares_volumes(
                    WaitPolicy(60, 0.1), watch=[rec])
         # What it wrote to the fixed path landed in the node's own directory, not the host's.
         assert (lay.device_plugins_dir / f"kubelet.sock.{tag}").read_text() == "mine"
-        assert not (nodemod.HOST_DEVICE_PLUGINS / f"kubelet.sock.{tag}").exists()
+        assert not (HOST_DEVICE_PLUGINS / f"kubelet.sock.{tag}").exists()
         # Its mount under the kubelet root reached this (the host's) namespace.
         vol = lay.kubelet_root / "pods" / "uid" / "volumes"
         assert str(vol) in cleanup.mount_points(Path("/proc/self/mountinfo").read_text())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cluster import embedded
+from fakegpu.cluster.embedded import state
 from fakegpu.nvml import state as nvml_state
 from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology.load import load_topology
@@ -29,16 +29,16 @@ def cluster(tmp_path: Path) -> tuple[dict[str, str], str, Path]:
     """(environment pointing at the clusters dir, node name, its state file)."""
     topo = load_topology(TOPOLOGY)
     node = topo.nodes[1]
-    st = embedded.ClusterState(name="c1", root=tmp_path / "c1", k8s_version="1.37.2", slot=3,
+    st = state.ClusterState(name="c1", root=tmp_path / "c1", k8s_version="1.37.2", slot=3,
                                topology=str(TOPOLOGY), phase="ready",
-                               nodes=[embedded.NodeState(n.name, i, bool(n.gpus))
+                               nodes=[state.NodeState(n.name, i, bool(n.gpus))
                                       for i, n in enumerate(topo.nodes)])
     st.root.mkdir()
     st.save()
     path = st.layout(st.nodes[1]).nvml_state
     path.parent.mkdir(parents=True)
     nvml_state.render(topo, node.name, path)
-    env = {**os.environ, embedded.CLUSTERS_ENV: str(tmp_path)}
+    env = {**os.environ, state.CLUSTERS_ENV: str(tmp_path)}
     env.pop("FAKEGPU_NVML_STATE", None)
     return env, node.name, path
 

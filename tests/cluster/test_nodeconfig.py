@@ -10,13 +10,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from fakegpu.cluster import embedded, nodeconfig, runc_wrapper
+from fakegpu.cluster import nodeconfig, runc_wrapper
+from fakegpu.cluster.embedded import state
+from fakegpu.cluster.embedded.node import render_cni_config, render_containerd_config
 from fakegpu.cluster.kind import nodefiles
-from fakegpu.cluster.node import render_cni_config, render_containerd_config
 
 PAUSE = "registry.k8s.io/pause:3.10.2"
-LAYOUT = embedded.node_layout("c1", Path("/var/lib/fakegpu/c1"), 3, 2, "gpu-node-2")
-# What the renderers read of fakegpu.cluster.binaries.Binaries.
+LAYOUT = state.node_layout("c1", Path("/var/lib/fakegpu/c1"), 3, 2, "gpu-node-2")
+# What the renderers read of fakegpu.cluster.artifacts.binaries.Binaries.
 BINS: Any = SimpleNamespace(runc=Path("/b/runc"), cni_bin_dir=Path("/b/cni"))
 
 
@@ -54,7 +55,7 @@ def test_both_providers_use_one_cni_shape() -> None:
 
 def test_the_wrapper_is_the_same_file_for_both(tmp_path: Path) -> None:
     """The embedded node's wrapper is runc_wrapper.py, as in kind nodes and our dockerd."""
-    from fakegpu.cluster.node import write_runc_wrapper
+    from fakegpu.cluster.embedded.node import write_runc_wrapper
 
     wrapper = write_runc_wrapper(tmp_path / "w", Path("/real/runc"))
     text = wrapper.read_text()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cluster import nvidiahost as nh
-from fakegpu.cluster.pluginhost import wrapper_argv
+from fakegpu.cluster.embedded import nvidiahost as nh
+from fakegpu.cluster.embedded.pluginhost import wrapper_argv
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state
 from fakegpu.topology.load import load_topology

@@ -11,7 +11,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fakegpu.cluster.pki import CertificateAuthority, service_account_keypair
+from fakegpu.cluster.embedded.pki import CertificateAuthority, service_account_keypair
 
 
 def _load(path: Path) -> x509.Certificate:

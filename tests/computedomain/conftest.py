@@ -23,8 +23,9 @@ NAMES = for_gpu_driver("gpu.nvidia.com")
 def control_plane(tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[tuple[client.ApiClient, Any]]:
     """(an admin client, the ControlPlane) once the ComputeDomain CRD is served."""
-    from fakegpu.cluster import binaries, install
-    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.cluster.artifacts import binaries
+    from fakegpu.cluster.embedded import install
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
 
     try:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fakegpu.cluster import computedomains
+from fakegpu.cluster.embedded import computedomains
 from fakegpu.computedomain import killpoint, kube, objects
 from fakegpu.computedomain.controller import KILL_STEPS, Config, Controller
 from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver

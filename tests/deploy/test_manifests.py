@@ -1,6 +1,6 @@
-"""The chart's shared manifests rendered without Helm (fakegpu.deploy.manifests) and what the
-embedded provider installs from them (fakegpu.cluster.install). The comparison with the chart
-rendered by Helm is in tests/kind/test_chart.py."""
+"""The chart's shared manifests rendered without Helm (fakegpu.deploy.manifests) and what
+the embedded provider installs from them (fakegpu.cluster.embedded.install). The comparison
+with the chart rendered by Helm is in tests/kind/test_chart.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fakegpu.cluster import install
+from fakegpu.cluster.embedded import install
 from fakegpu.deploy import manifests
 from fakegpu.deploy.manifests import Install
 from fakegpu.errors import FakegpuError

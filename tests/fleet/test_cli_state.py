@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fakegpu.cluster.embedded import ClusterState, NodeState
+from fakegpu.cluster.embedded import fleet as embedded
+from fakegpu.cluster.embedded.state import ClusterState, NodeState
 from fakegpu.errors import EXIT_INVALID
-from fakegpu.fleet import embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cluster import binaries, kwok
+from fakegpu.cluster.artifacts import binaries, kwok
 from fakegpu.errors import InvalidInput
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.cluster import binaries, bincache, featuregates
+from fakegpu.cluster import featuregates
+from fakegpu.cluster.artifacts import binaries, bincache
 from fakegpu.cluster.kind import tools
 
 from .conftest import REPO
@@ -146,7 +147,7 @@ def _as_kind_installs_it(helm: Path, minor: int, driver: str) -> list[dict[str, 
 
 
 def _embedded_installs(driver: str) -> list[dict[str, Any]]:
-    from fakegpu.cluster import install
+    from fakegpu.cluster.embedded import install
     from fakegpu.deploy.manifests import Install
 
     objs = install.objects(Install(driver=driver, resource_api="resource.k8s.io/v1"))
@@ -242,7 +243,7 @@ def _apiserver_binaries() -> Any:
 
 @pytest.fixture(scope="module")
 def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
 
     bins = _apiserver_binaries()
     assert featuregates.parse_minor(bins.k8s_version) in MINORS
@@ -312,7 +313,7 @@ def test_the_plugin_writes_only_what_its_node_owns(apiserver: tuple[Path, Path],
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from fakegpu.cluster import install
+    from fakegpu.cluster.embedded import install
     from fakegpu.deploy.manifests import Install
     from fakegpu.kube import api as kubeapi
     from fakegpu.testkit.wait import until_true, wait_for

@@ -8,7 +8,8 @@ import sys
 import pytest
 import yaml
 
-from fakegpu.cluster import binaries, featuregates
+from fakegpu.cluster import featuregates
+from fakegpu.cluster.artifacts import binaries
 from fakegpu.cluster.kind import config
 from fakegpu.topology.load import load_topology
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fakegpu.cluster.kind.upgrade import not_ready, rollout_state, selector, stamp
-from fakegpu.cluster.pluginupgrade import check_target
+from fakegpu.cluster.upgrade import check_target
 from fakegpu.errors import InvalidInput
 
 

@@ -6,7 +6,8 @@ import subprocess
 
 import yaml
 
-from fakegpu.cluster import PROVIDERS, binaries
+from fakegpu.cluster import PROVIDERS
+from fakegpu.cluster.artifacts import binaries
 from fakegpu.cluster.kind import tools
 
 from .conftest import REPO

@@ -125,7 +125,7 @@ def test_seccomp_is_dropped_only_for_a_runc_without_it(tmp_path: Path) -> None:
 def test_seccomp_support_is_read_from_runc_features() -> None:
     import shutil
 
-    from fakegpu.cluster import binaries
+    from fakegpu.cluster.artifacts import binaries
 
     found = [Path(p) for p in (shutil.which("runc"),) if p]
     cached = binaries.cached()

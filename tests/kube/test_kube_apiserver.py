@@ -18,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
-    from fakegpu.cluster import binaries
-    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.cluster.artifacts import binaries
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
 
     try:

@@ -40,8 +40,8 @@ def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A real etcd + kube-apiserver. The binaries are obtained (built from the Go module proxy
     when missing, as in CI) rather than skipped for: only a host that truly cannot have them
     (no Go and nothing cached, an unsupported architecture) skips, saying why."""
-    from fakegpu.cluster import binaries
-    from fakegpu.cluster.controlplane import ControlPlane
+    from fakegpu.cluster.artifacts import binaries
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
 
     try:

@@ -33,7 +33,8 @@ from pathlib import Path
 from rich.console import Console
 
 from fakegpu import paths
-from fakegpu.cluster import binaries, images, nodeconfig, oci
+from fakegpu.cluster import nodeconfig
+from fakegpu.cluster.artifacts import binaries, images, oci
 from fakegpu.cluster.kind import nodefiles, rootfs, tools
 from fakegpu.cluster.process import CommandError, run
 from fakegpu.errors import FakegpuError

@@ -3,39 +3,40 @@
 A bring-up is an ordered list of actions (Docker, node image, kind cluster, pod network,
 plugin image, Helm chart, readiness) that ``lifecycle.py`` runs, as it runs the embedded
 provider's: validation, progress, logs and cleanup on failure are written there once.
-State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json``.
+State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json`` (``state.py``).
+
+Longer than ~400 lines: the bring-up's steps use the provider's tools (kind, docker, kubectl)
+and stay beside them; the embedded provider's split (one module per concern) is the model
+for the next step here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from fakegpu import fsutil, paths
-from fakegpu.cluster import binaries, featuregates, images
-from fakegpu.cluster import node as nodemod
+from fakegpu.cluster import featuregates, imagealiases, inotify
+from fakegpu.cluster.artifacts import binaries, images
 from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
+from fakegpu.cluster.kind.state import KindState, clusters_dir
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
-from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo
+from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo, PluginInstances
 from fakegpu.deploy import manifests
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.model import Topology
 
 if TYPE_CHECKING:
-    from fakegpu.cluster.pluginupgrade import Target
+    from fakegpu.cluster.upgrade import Target
 
-DEFAULT_DRIVER = "gpu.fakegpu.dev"
 NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
 CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakegpu"
 # The release the embedded provider renders the chart's shared objects for, too.
@@ -47,45 +48,6 @@ NODE_TOOLS = {"nvidiaSmi": "/var/lib/fakegpu/bin/nvidia-smi",
               "library": "/var/lib/fakegpu/lib/libnvidia-ml.so.1"}
 # Where the plugin pod keeps its node's NVML state (the chart's nvml-state volume).
 STATE_DIR_IN_POD = "/run/fakegpu"
-
-
-def clusters_dir() -> Path:
-    return paths.cache_dir() / "kind" / "clusters"
-
-
-@dataclass
-class KindState:
-    name: str
-    k8s_version: str
-    topology: str
-    driver: str
-    node_image: str = ""
-    plugin_image: str = ""
-    workload_image: str = ""
-    phase: str = "creating"
-    containers: dict[str, str] = field(default_factory=dict)  # k8s node -> container
-    workers: list[str] = field(default_factory=list)
-
-    @property
-    def root(self) -> Path:
-        return clusters_dir() / self.name
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.root / "kubeconfig"
-
-    def save(self) -> None:
-        fsutil.atomic_write(self.root / "state.json", json.dumps(asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, name: str) -> KindState | None:
-        try:
-            return cls(**json.loads((clusters_dir() / name / "state.json").read_text()))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError) as err:
-            raise FakegpuError(f"kind cluster {name!r}: unreadable state ({err}): run "
-                               f"`fakegpu cluster down --provider kind --name {name}`") from err
 
 
 def choose_node_image(docker: Path, version: str, console: Console) -> str:
@@ -100,11 +62,10 @@ def choose_node_image(docker: Path, version: str, console: Console) -> str:
 class KindProvider:
     name = "kind"
 
-    def __init__(self, console: Console | None = None, *, policy: WaitPolicy | None = None,
-                 driver: str = DEFAULT_DRIVER) -> None:
+    def __init__(self, console: Console | None = None, *,
+                 policy: WaitPolicy | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.policy = policy or WaitPolicy(timeout=300.0, interval=1.0)
-        self.driver = driver
 
     # --- tools ----------------------------------------------------------------------------------
 
@@ -128,6 +89,8 @@ class KindProvider:
 
     def check_host(self, spec: ClusterSpec) -> None:
         """Docker and the tools are obtained by the first action (they may need a build)."""
+        if spec.plugin is not None:
+            raise InvalidInput("--plugin-bin runs a host binary: embedded provider only")
         if spec.topology.simulated_nodes:
             # Each topology node would become a node container (docs/scale.md: what kind
             # needs for fleets).
@@ -143,8 +106,8 @@ class KindProvider:
         # instances; at the usual 128 per user kube-proxy crash-loops with "too many open
         # files" in a five-node kind cluster.
         nodes = len(st.workers) + 1  # the control-plane node runs a kubelet too
-        for line in nodemod.ensure_inotify(
-                nodemod.inotify_need(nodes, nodemod.inotify_in_use())):
+        for line in inotify.ensure_inotify(
+                inotify.inotify_need(nodes, inotify.inotify_in_use())):
             self.console.print(f"[yellow]{line}[/]")
         return host.docker
 
@@ -390,6 +353,14 @@ class KindProvider:
                     "--state", f"{STATE_DIR_IN_POD}/{node}.state"],
                    timeout=120, check=False)
 
+    def plugin_instances(self, name: str) -> PluginInstances:
+        from fakegpu.cluster.kind import upgrade
+
+        return upgrade.plugin_instances(self._ready_state(name))
+
+    def tag_images(self, name: str, names: Sequence[str]) -> None:
+        _tag_images(self._ready_state(name), names)
+
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = lambda _line: None) -> list[str]:
         from fakegpu.cluster.kind import upgrade
@@ -430,15 +401,26 @@ def plugin_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
                ["metadata"]["name"])
 
 
+def _tag_images(st: KindState, names: Sequence[str]) -> None:
+    """The workload image under ``names`` too, in every node container's containerd."""
+    docker = dockerhost.docker_client()
+    if docker is None:
+        raise FakegpuError(f"kind cluster {st.name!r}: no docker client")
+    imagealiases.tag(st.workload_image, names,
+                     [(node, [str(docker), "exec", container, "ctr"])
+                      for node, container in sorted(st.containers.items())])
+
+
 class _Bringup:
     """One kind bring-up: its state (saved first, by the lifecycle) and its actions."""
 
     def __init__(self, provider: KindProvider, spec: ClusterSpec) -> None:
         self.p = provider
         self.state = KindState(name=spec.name, k8s_version=spec.k8s_version,
-                            topology=str(spec.topology_file), driver=provider.driver,
+                            topology=str(spec.topology_file), driver=spec.driver,
                             workers=[n.name for n in spec.topology.nodes])
         self.topology = spec.topology
+        self.aliases = spec.image_aliases
         self.docker: Path | None = None
 
     def actions(self) -> Sequence[Action]:
@@ -456,6 +438,8 @@ class _Bringup:
                                                      lambda: p._all_ready(st), p.policy)),
             Action("ResourceSlices of every worker",
                    lambda: p._wait_slices(st, self.topology)),
+            *([Action(f"workload image also named {', '.join(self.aliases)}",
+                      lambda: _tag_images(st, self.aliases))] if self.aliases else []),
             Action("NVML state copies for the suites", self._finish),
         ]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from rich.console import Console
 
 from fakegpu import paths
-from fakegpu.cluster import binaries, bincache
-from fakegpu.cluster.bincache import Component, Probe
-from fakegpu.cluster.gobuild import Go, GoProgram, WrapperBuild
+from fakegpu.cluster.artifacts import binaries, bincache
+from fakegpu.cluster.artifacts.bincache import Component, Probe
+from fakegpu.cluster.artifacts.gobuild import Go, GoProgram, WrapperBuild
 
 KIND_VERSION = "0.33.0"
 HELM_VERSION = "3.22.0"

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from fakegpu.cluster.kind import dockerhost, image, tools
-from fakegpu.cluster.pluginupgrade import Target, UpgradeStalled
 from fakegpu.cluster.process import run
+from fakegpu.cluster.upgrade import Target, UpgradeStalled
 from fakegpu.errors import InvalidInput
 from fakegpu.kube import api as kubeapi
 from fakegpu.plugin import version as plugin_version
 
 if TYPE_CHECKING:
-    from fakegpu.cluster.kind.provider import KindProvider, KindState
+    from fakegpu.cluster.kind.provider import KindProvider
+    from fakegpu.cluster.kind.state import KindState
 
 DAEMONSET = "fakegpu"  # the chart's fullname for release "fakegpu"
 
@@ -135,4 +136,37 @@ def not_ready(pods: list[Mapping[str, Any]]) -> list[str]:
         out.append(f"pod {pod['metadata']['name']} on node "
                    f"{(pod.get('spec') or {}).get('nodeName') or '(unscheduled)'}: not Ready "
                    f"({why})")
+    return out
+
+
+# The chart's plugin pods (its selector labels for release "fakegpu").
+PLUGIN_SELECTOR = "app.kubernetes.io/name=fakegpu,app.kubernetes.io/instance=fakegpu"
+
+
+def plugin_instances(st: KindState) -> dict[str, list[dict[str, str]]]:
+    """Node -> the DaemonSet's plugin pods there that are not gone yet (from the API), with
+    the role a test sees: starting, ready, stopping."""
+    from kubernetes import client as kclient
+
+    from fakegpu.cluster.kind.provider import NAMESPACE
+
+    out: dict[str, list[dict[str, str]]] = {n: [] for n in st.workers}
+    with kubeapi.session(st.kubeconfig) as api:
+        pods: list[Any] = kclient.CoreV1Api(api).list_namespaced_pod(
+            NAMESPACE, label_selector=PLUGIN_SELECTOR).items
+    for pod in pods:
+        # Alive: its plugin container runs (a pod being deleted may still run it).
+        running = any(c.name == "plugin" and c.state and c.state.running
+                      for c in pod.status.container_statuses or ())
+        if running and pod.spec.node_name in out:
+            ready = any(c.type == "Ready" and c.status == "True"
+                        for c in pod.status.conditions or ())
+            # A pod being deleted is told to stop as soon as its kubelet gets to it; the
+            # kubelet reports the container gone later, late by tens of seconds on a loaded
+            # host, so from the API its serving ends when its deletion begins.
+            role = ("stopping" if pod.metadata.deletion_timestamp is not None
+                    else "ready" if ready else "starting")
+            tag = pod.spec.containers[0].image or ""
+            out[pod.spec.node_name].append({"version": tag.rsplit(":", 1)[-1],
+                                            "instance": str(pod.metadata.uid), "role": role})
     return out

@@ -30,7 +30,7 @@ from filelock import FileLock
 from rich.console import Console
 
 from fakegpu import __version__, fsutil, paths
-from fakegpu.cluster import oci
+from fakegpu.cluster.artifacts import oci
 from fakegpu.errors import FakegpuError, MissingPrerequisite
 from fakegpu.fsutil import atomic_write
 

@@ -2,7 +2,8 @@
 
 ``fakegpu cluster up --plugin-bin PATH`` starts, per node::
 
-    unshare --mount -- python -m fakegpu.cluster.pluginhost --host-dir D --state S -- PATH ARGS
+    unshare --mount -- python -m fakegpu.cluster.embedded.pluginhost
+        --host-dir D --state S -- PATH ARGS
 
 In that mount namespace of its own (private propagation: nothing leaks to the host or the
 other nodes) this builds the node's NVIDIA host directory from the NVML state
@@ -25,7 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fakegpu.cluster import nvidiahost as nh
+from fakegpu.cluster.embedded import nvidiahost as nh
 from fakegpu.errors import FakegpuError, MissingPrerequisite
 
 POLL_SECONDS = 0.05  # how late a capability file may appear after its MIG instance
@@ -35,7 +36,7 @@ def wrapper_argv(host_dir: Path, state: Path | None, plugin: Sequence[str]) -> l
     """The command line that runs ``plugin`` under this module in a new mount namespace."""
     own = ["--host-dir", str(host_dir)] + (["--state", str(state)] if state else [])
     return ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-m",
-            "fakegpu.cluster.pluginhost", *own, "--", *plugin]
+            "fakegpu.cluster.embedded.pluginhost", *own, "--", *plugin]
 
 
 def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
@@ -78,7 +79,7 @@ def keep_current(host: nh.HostDir, state: Path, child: subprocess.Popen[bytes],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fakegpu.cluster.pluginhost")
+    parser = argparse.ArgumentParser(prog="python -m fakegpu.cluster.embedded.pluginhost")
     parser.add_argument("--host-dir", type=Path, required=True)
     parser.add_argument("--state", type=Path, default=None)
     parser.add_argument("plugin", nargs=argparse.REMAINDER)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.cluster import binaries, images
+from fakegpu.cluster.artifacts import binaries, images
 
 
 def add_commands(cluster_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

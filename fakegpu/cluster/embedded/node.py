@@ -23,14 +23,19 @@ import shutil
 import sys
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from fakegpu.cluster import nodeconfig
-from fakegpu.cluster.controlplane import BinaryPaths
+from fakegpu.cluster.embedded.layout import (
+    HOST_DEVICE_PLUGINS,
+    KUBELET_HEALTHZ_PORT,
+    KUBELET_PORT,
+    NodeBinaries,
+    NodeLayout,
+)
 from fakegpu.cluster.external import ExternalPlugin
 from fakegpu.cluster.process import (
     ProcessRecord,
@@ -39,238 +44,6 @@ from fakegpu.cluster.process import (
     spawn,
     wait_until,
 )
-from fakegpu.errors import MissingPrerequisite
-
-# Fixed in the kubelet (pkg/kubelet/apis/deviceplugin): --root-dir does not move it.
-HOST_DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
-KUBELET_PORT = 10250
-KUBELET_HEALTHZ_PORT = 10248
-MAX_SOCKET_PATH = 107  # sun_path is 108 bytes including the terminating NUL
-
-
-class NodeBinaries(BinaryPaths, Protocol):
-    """What a worker needs of ``fakegpu.cluster.binaries.Binaries``."""
-
-    @property
-    def kubelet(self) -> Path: ...
-    @property
-    def containerd(self) -> Path: ...
-    @property
-    def containerd_shim_runc_v2(self) -> Path: ...
-    @property
-    def ctr(self) -> Path: ...
-    @property
-    def runc(self) -> Path: ...
-    @property
-    def crictl(self) -> Path: ...
-    @property
-    def cni_bin_dir(self) -> Path: ...
-
-
-@dataclass(frozen=True)
-class NodeLayout:
-    """Where one node's files live and how it is addressed. Derived, never stored twice."""
-
-    cluster: str
-    name: str  # Kubernetes node name (from the topology)
-    index: int
-    root: Path  # short on purpose: unix socket paths live below it
-    ip: str  # the node's InternalIP, on the cluster's address interface
-    pod_subnet: str  # e.g. 10.244.0.0/24
-    bridge: str  # CNI bridge interface name (<= 15 bytes)
-
-    @property
-    def cgroup_root(self) -> str:
-        return f"/fakegpu-{self.cluster}-{self.index}"
-
-    @property
-    def containerd_dir(self) -> Path:
-        return self.root / "containerd"
-
-    @property
-    def containerd_socket(self) -> Path:
-        return self.root / "containerd.sock"
-
-    @property
-    def containerd_config(self) -> Path:
-        return self.root / "containerd.toml"
-
-    @property
-    def cni_conf_dir(self) -> Path:
-        return self.root / "cni" / "net.d"
-
-    @property
-    def cni_ipam_dir(self) -> Path:
-        return self.root / "cni" / "ipam"
-
-    @property
-    def cdi_dir(self) -> Path:
-        return self.root / "cdi"
-
-    @property
-    def kubelet_root(self) -> Path:
-        return self.root / "kubelet"
-
-    @property
-    def device_plugins_dir(self) -> Path:
-        """Mounted on HOST_DEVICE_PLUGINS in the kubelet's own mount namespace."""
-        return self.root / "device-plugins"
-
-    @property
-    def kubelet_config(self) -> Path:
-        return self.root / "kubelet.yaml"
-
-    @property
-    def kubelet_kubeconfig(self) -> Path:
-        return self.root / "kubelet.kubeconfig"
-
-    @property
-    def plugin_kubeconfig(self) -> Path:
-        return self.root / "plugin.kubeconfig"
-
-    @property
-    def plugin_token(self) -> Path:
-        """The plugin's service account token, bound to this node (see cluster/install.py)."""
-        return self.root / "plugin.token"
-
-    @property
-    def plugin_state_dir(self) -> Path:
-        return self.root / "plugin"
-
-    @property
-    def nvml_state(self) -> Path:
-        return self.root / "nvml" / "node.state"
-
-    @property
-    def resolv_conf(self) -> Path:
-        return self.root / "resolv.conf"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def pod_logs_dir(self) -> Path:
-        return self.root / "pods"
-
-    @property
-    def cni_network(self) -> str:
-        return f"fakegpu-{self.cluster}-{self.index}"
-
-    def socket_paths(self, driver: str) -> list[Path]:
-        """Every unix socket this node uses, for the length check at validation time."""
-        reg = self.kubelet_root / "plugins_registry"
-        # The plugin adds "-<instance id>" for rolling updates and shortens it itself when
-        # needed; reserve room for an 8-character id, its shortest form.
-        return [
-            self.containerd_socket,
-            Path(f"{self.containerd_socket}.ttrpc"),
-            reg / f"{driver}-xxxxxxxx-reg.sock",
-            self.kubelet_root / "plugins" / driver / "dra-xxxxxxxx.sock",
-            self.kubelet_root / "pod-resources" / "kubelet.sock",
-            # The kubelet binds it as HOST_DEVICE_PLUGINS/kubelet.sock (see kubelet_argv),
-            # but plugins outside its namespace would use this path.
-            self.device_plugins_dir / "kubelet.sock",
-        ]
-
-
-def longest_socket_path(layout: NodeLayout, driver: str) -> tuple[Path, int]:
-    path = max(layout.socket_paths(driver), key=lambda p: len(os.fsencode(p)))
-    return path, len(os.fsencode(path))
-
-
-# --- host limits -------------------------------------------------------------------------------
-
-INOTIFY_SYSCTLS = Path("/proc/sys/fs/inotify")
-# Measured on a 4-node cluster on this kind of host: per node the kubelet holds 6 inotify
-# instances and ~700 watches before any pod (cAdvisor watches each cgroup it tracks, so watches
-# grow with pods), containerd 2 instances; the plugin none; the control plane ~10 instances.
-# Rounded up generously: running out shows up late and obscurely (see FATAL_LOG_LINES).
-INOTIFY_INSTANCES_PER_NODE = 16
-INOTIFY_INSTANCES_CONTROL_PLANE = 24
-INOTIFY_WATCHES_PER_NODE = 8192
-INOTIFY_WATCHES_CONTROL_PLANE = 1024
-# What kind's "known issues" page recommends; raising at least that far leaves room for the
-# next cluster (or a kind one) on the same host.
-INOTIFY_RECOMMENDED = {"max_user_instances": 512, "max_user_watches": 524288}
-
-
-@dataclass(frozen=True)
-class InotifyUse:
-    instances: int
-    watches: int
-
-
-def inotify_in_use(uid: int = 0, proc: Path = Path("/proc")) -> InotifyUse:
-    """inotify instances and watches held by processes of effective user ``uid``.
-
-    The kernel counts both per user (the effective uid of the creator). A descriptor inherited
-    by a child is seen twice: an overestimate, which is the safe side.
-    """
-    instances = watches = 0
-    for pid in os.listdir(proc):
-        if not pid.isdigit():
-            continue
-        try:
-            status = (proc / pid / "status").read_text()
-            euid = next(int(line.split()[2]) for line in status.splitlines()
-                        if line.startswith("Uid:"))
-            if euid != uid:
-                continue
-            fds = os.listdir(proc / pid / "fd")
-        except (OSError, StopIteration, ValueError, IndexError):
-            continue  # gone, or not ours to read
-        for fd in fds:
-            try:
-                if os.readlink(proc / pid / "fd" / fd) != "anon_inode:inotify":
-                    continue
-                info = (proc / pid / "fdinfo" / fd).read_text()
-            except OSError:
-                continue
-            instances += 1
-            watches += sum(1 for line in info.splitlines() if line.startswith("inotify wd:"))
-    return InotifyUse(instances, watches)
-
-
-def inotify_need(nodes: int, in_use: InotifyUse) -> dict[str, int]:
-    """The fs.inotify limits a cluster of ``nodes`` workers needs, on top of what is in use."""
-    return {
-        "max_user_instances": in_use.instances + INOTIFY_INSTANCES_CONTROL_PLANE
-        + INOTIFY_INSTANCES_PER_NODE * nodes,
-        "max_user_watches": in_use.watches + INOTIFY_WATCHES_CONTROL_PLANE
-        + INOTIFY_WATCHES_PER_NODE * nodes,
-    }
-
-
-def ensure_inotify(need: Mapping[str, int], sysctls: Path = INOTIFY_SYSCTLS) -> list[str]:
-    """Raise each fs.inotify.<name> below ``need[name]``; return one line per change.
-
-    Raised to the larger of the need and kind's recommendation. A limit that cannot be raised
-    (not root, read-only /proc/sys in a container) is a MissingPrerequisite naming the sysctl
-    and the value: without it containerd loses its CRI plugin and kubelets exit.
-    """
-    changed = []
-    for name, want in need.items():
-        path = sysctls / name
-        try:
-            have = int(path.read_text().split()[0])
-        except (OSError, ValueError, IndexError) as err:
-            raise MissingPrerequisite(f"cannot read fs.inotify.{name} ({path}): {err}") from err
-        if have >= want:
-            continue
-        new = max(want, INOTIFY_RECOMMENDED.get(name, 0))
-        try:
-            path.write_text(f"{new}\n")
-        except OSError as err:
-            raise MissingPrerequisite(
-                f"fs.inotify.{name} is {have}, this cluster needs at least {want} and it "
-                f"cannot be raised here ({err.strerror or err}): run `sysctl -w "
-                f"fs.inotify.{name}={new}` as root on the host"
-            ) from err
-        changed.append(f"raised host setting fs.inotify.{name} from {have} to {new} "
-                       f"(this cluster needs about {want}; kind recommends the same)")
-    return changed
-
 
 # --- pure renderers ----------------------------------------------------------------------------
 
@@ -550,8 +323,8 @@ def start_external_plugin(
 ) -> ProcessRecord:
     """Another vendor's kubelet plugin on this node, under ``pluginhost`` (its NVIDIA host from
     the node's NVML state, in a mount namespace of its own). Recorded as ``extplugin/<node>``."""
-    from fakegpu.cluster.nvidiahost import HostDir
-    from fakegpu.cluster.pluginhost import wrapper_argv
+    from fakegpu.cluster.embedded.nvidiahost import HostDir
+    from fakegpu.cluster.embedded.pluginhost import wrapper_argv
 
     host = HostDir(layout.root / "nvhost")
     state_dir = layout.root / "extplugin"

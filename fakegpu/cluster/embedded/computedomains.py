@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes import client
 
-from fakegpu import fsutil
+from fakegpu import drivers, fsutil
+from fakegpu.cluster.embedded.layout import NodeLayout
 from fakegpu.cluster.kubeconfig import write_kubeconfig
-from fakegpu.cluster.node import NodeLayout
 from fakegpu.cluster.process import ProcessRecord, spawn
 from fakegpu.deploy.manifests import NAMESPACE, RELEASE
 from fakegpu.errors import FakegpuError
@@ -32,7 +32,7 @@ TOKEN_SECONDS = 365 * 24 * 3600
 
 def domain(gpu_driver: str) -> str:
     """The ComputeDomain names' domain for a GPU driver (gpu.nvidia.com -> nvidia.com)."""
-    return gpu_driver.removeprefix("gpu.")
+    return drivers.domain(gpu_driver)
 
 
 def start_plugin(layout: NodeLayout, gpu_driver: str, nvml_env: Mapping[str, str]

@@ -23,8 +23,8 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from fakegpu.cluster import featuregates
+from fakegpu.cluster.embedded.pki import CertificateAuthority, CertPair, service_account_keypair
 from fakegpu.cluster.kubeconfig import write_kubeconfig
-from fakegpu.cluster.pki import CertificateAuthority, CertPair, service_account_keypair
 from fakegpu.cluster.process import (
     ProcessRecord,
     WaitPolicy,
@@ -40,7 +40,7 @@ LOCALHOST = "127.0.0.1"
 
 
 class BinaryPaths(Protocol):
-    """What the control plane needs of ``fakegpu.cluster.binaries.Binaries``."""
+    """What the control plane needs of ``fakegpu.cluster.artifacts.binaries.Binaries``."""
 
     @property
     def k8s_version(self) -> str: ...
@@ -359,8 +359,8 @@ def _https_ok(url: str) -> bool:
 
 def _ensure_binaries() -> BinaryPaths:
     # Imported here: binaries.py belongs to another concern and may build things on import-free
-    # call only; importing lazily keeps `import fakegpu.cluster.controlplane` cheap.
-    from fakegpu.cluster import binaries
+    # call only; importing lazily keeps `import fakegpu.cluster.embedded.controlplane` cheap.
+    from fakegpu.cluster.artifacts import binaries
 
     result: BinaryPaths = binaries.ensure()
     return result

@@ -15,11 +15,13 @@ from rich.console import Console
 
 from fakegpu import fsutil
 from fakegpu.cluster.process import ProcessRecord, WaitPolicy, spawn, wait_until
+from fakegpu.fleet import nodes, run, stages
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.model import Topology
 
-from . import nodes, run, stages
-
+# Their processes' keys in the cluster state (state.process_key).
+KWOK = "kwok"
+PUBLISHER = "fleet-publisher"
 KWOK_LEASE_S = 40  # the kubelet's default node lease: the node controller's grace fits it
 
 
@@ -46,7 +48,7 @@ def kwok_argv(kwok: Path, kubeconfig: Path, config: Path, pod_cidr: str, node_ip
 
 def start(root: Path, kubeconfig: Path, topology_file: Path, topology: Topology, driver: str,
           kwok: Path, pod_cidr: str, node_ip: str,
-          record: Callable[[ProcessRecord], None]) -> None:
+          record: Callable[[ProcessRecord], object]) -> None:
     """Create the simulated Node objects, then start KWOK and the fleet publisher.
 
     ``record`` saves each process in the cluster state as soon as it exists (``down`` must
@@ -56,10 +58,10 @@ def start(root: Path, kubeconfig: Path, topology_file: Path, topology: Topology,
     fsutil.atomic_write(config, stages.config_text())
     with kubeapi.session(kubeconfig) as api:
         nodes.create(api, topology.simulated_nodes)
-    record(spawn("kwok", kwok_argv(kwok, kubeconfig, config, pod_cidr, node_ip),
+    record(spawn(KWOK, kwok_argv(kwok, kubeconfig, config, pod_cidr, node_ip),
                  where / "logs" / "kwok.log"))
     argv, env = run.command(kubeconfig, topology_file.resolve(), state_dir(root), driver)
-    record(spawn("fleet-publisher", argv, where / "logs" / "publisher.log",
+    record(spawn(PUBLISHER, argv, where / "logs" / "publisher.log",
                  env={**os.environ, **env}))
 
 
@@ -87,7 +89,7 @@ def wait_ready(kubeconfig: Path, names: Sequence[str], driver: str, policy: Wait
 
 
 def kwok_binary(console: Console) -> Path:
-    from fakegpu.cluster import kwok
+    from fakegpu.cluster.artifacts import kwok
 
     return kwok.ensure(console=console)
 

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fakegpu.cluster.node import NodeLayout
+from fakegpu.cluster.embedded import worker
+from fakegpu.cluster.embedded.layout import NodeLayout
+from fakegpu.cluster.embedded.state import ClusterState
 from fakegpu.cluster.process import (
     ComponentError,
     ProcessRecord,
@@ -35,52 +37,9 @@ from fakegpu.cluster.process import (
     terminate,
     wait_until,
 )
-from fakegpu.errors import FakegpuError, InvalidInput
-from fakegpu.plugin import version as plugin_version
+from fakegpu.cluster.upgrade import Target, UpgradeStalled
 
-STRATEGIES = ("surge", "sequential")
 REGISTERED_LINE = "kubelet registered the plugin"
-
-
-class UpgradeStalled(FakegpuError):
-    """A new plugin instance never became ready: the rollout stopped on that node.
-
-    ``pending`` is that instance, left running as a DaemonSet leaves its pod."""
-
-    def __init__(self, message: str, pending: ProcessRecord | None = None) -> None:
-        super().__init__(message)
-        self.pending = pending
-
-
-@dataclass(frozen=True)
-class Target:
-    version: str
-    broken: bool = False
-    strategy: str = "surge"
-    kill_old: bool = False  # SIGKILL the old instance during the overlap (surge only)
-    prepare_delay_s: float = 0.0  # test hook: each prepare of the new instances waits this long
-    nodes: tuple[str, ...] = ()  # only these nodes (a partial rollout); empty: every node
-    ready_timeout_s: float = 0.0  # how long a new instance may take (0: the provider's wait)
-
-    def env(self) -> dict[str, str]:
-        env = {plugin_version.VERSION_ENV: self.version}
-        if self.broken:
-            env[plugin_version.BROKEN_ENV] = "1"
-        if self.prepare_delay_s:
-            env[plugin_version.PREPARE_DELAY_ENV] = str(self.prepare_delay_s)
-        return env
-
-
-def check_target(version: str, broken: bool = False, strategy: str = "surge", *,
-                 kill_old: bool = False, prepare_delay_s: float = 0.0,
-                 nodes: tuple[str, ...] = (), ready_timeout_s: float = 0.0) -> Target:
-    plugin_version.check(version, "--version")
-    if strategy not in STRATEGIES:
-        raise InvalidInput(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
-    if kill_old and strategy != "surge":
-        raise InvalidInput("--kill-old needs --strategy surge (an overlap to kill in)")
-    return Target(version, broken, strategy, kill_old, prepare_delay_s, tuple(nodes),
-                  ready_timeout_s)
 
 
 def instance_id(version: str) -> str:
@@ -163,3 +122,53 @@ def stop_for_replacement(rec: ProcessRecord, grace_s: float) -> None:
 def read_env(path: Path) -> dict[str, str]:
     env: dict[str, str] = json.loads(path.read_text())
     return env
+
+
+def upgrade(st: ClusterState, target: Target, policy: WaitPolicy,
+            say: Callable[[str], None]) -> list[str]:
+    """Roll every node's plugin of ``st`` to ``target``; the nodes it changed.
+
+    An instance an earlier, stalled upgrade left pending is stopped first: rolling back to
+    the serving version is this same call. Nodes already at the version are skipped.
+    """
+    members = worker.nodes(st, policy)
+    for node in members:
+        pending = node.forget(worker.PENDING)
+        if pending is not None:
+            say(f"node {node.name}: stopping the pending instance of a stalled upgrade")
+            terminate(pending, 5.0)
+            st.save()
+    for wanted in target.nodes:
+        st.node(wanted)  # an unknown node is bad input, before anything changes
+    changed = []
+    for node in members:
+        n = node.state
+        if target.nodes and n.name not in target.nodes:
+            continue
+        old = node.process(worker.PLUGIN) if node.alive(worker.PLUGIN) else None
+        if (n.plugin_version == target.version and not target.broken
+                and not target.prepare_delay_s and old is not None):
+            continue
+        env = node.env
+
+        def start(extra: dict[str, str], iid: str, node: worker.EmbeddedNode = node,
+                  env: dict[str, str] = env) -> ProcessRecord:
+            # Recorded before it is waited for: `down` stops it whatever happens next.
+            return node.start_plugin(env, instance=iid, comp=worker.PENDING, extra_env=extra)
+
+        say(f"node {n.name}: {target.strategy} upgrade to {target.version}")
+        wait = (WaitPolicy(target.ready_timeout_s, policy.interval)
+                if target.ready_timeout_s else policy)
+        try:
+            new = NodeRoll(node.layout, start, wait).roll(old, target)
+        except UpgradeStalled:
+            st.save()  # the pending instance stays recorded as plugin-pending/<node>
+            raise
+        node.forget(worker.PENDING)
+        node.record(worker.PLUGIN, new)
+        n.plugin_version = target.version
+        n.plugin_instance = instance_of(new)
+        st.save()
+        changed.append(n.name)
+        say(f"node {n.name}: version {target.version} serves")
+    return changed

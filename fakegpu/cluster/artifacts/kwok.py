@@ -12,10 +12,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.cluster import binaries, bincache
-from fakegpu.cluster.binaries import Recipe
-from fakegpu.cluster.bincache import Component, Probe
-from fakegpu.cluster.gobuild import GoProgram, WrapperBuild
+from fakegpu.cluster.artifacts import binaries, bincache
+from fakegpu.cluster.artifacts.binaries import Recipe
+from fakegpu.cluster.artifacts.bincache import Component, Probe
+from fakegpu.cluster.artifacts.gobuild import GoProgram, WrapperBuild
 
 # The newest release the Go module proxy serves here (`go list -m -versions sigs.k8s.io/kwok`:
 # v0.6.1 v0.7.0 v0.8.0). Its go.mod replaces nothing, so the wrapper build needs no pins.

@@ -10,6 +10,9 @@ in this order of preference:
 3. a build from the Go module proxy (see gobuild.py), the one that works on an offline host.
 
 A warm cache costs a JSON read and a stat per file: no probe, no go invocation.
+
+Longer than most modules on purpose: one short recipe per component, with every pinned
+version beside it, reads best in one place.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fakegpu import hostpkgs, paths
-from fakegpu.cluster import bincache, download
-from fakegpu.cluster.bincache import Component, Probe
-from fakegpu.cluster.gobuild import Go, GoProgram, WrapperBuild
+from fakegpu.cluster.artifacts import bincache, download
+from fakegpu.cluster.artifacts.bincache import Component, Probe
+from fakegpu.cluster.artifacts.gobuild import Go, GoProgram, WrapperBuild
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 
 # Kubernetes minor -> the patch release fakegpu pins (the ones the Go proxy serves here).
