@@ -35,8 +35,8 @@ def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient
         c.close()  # type: ignore[no-untyped-call]
 
 
-def _node(name: str) -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+def _node(name: str) -> client.V1Node:
+    return client.V1Node(metadata=client.V1ObjectMeta(name=name))
 
 
 def _unprivileged(admin: client.ApiClient) -> client.ApiClient:
@@ -44,9 +44,11 @@ def _unprivileged(admin: client.ApiClient) -> client.ApiClient:
     core = client.CoreV1Api(admin)
     core.create_namespaced_service_account(
         "default", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody")))
-    token = core.create_namespaced_service_account_token(
+    status = core.create_namespaced_service_account_token(
         "nobody", "default", client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[]))).status.token
+            spec=client.V1TokenRequestSpec(audiences=[]))).status
+    assert status is not None and status.token
+    token = str(status.token)
     cfg = client.Configuration()
     cfg.host, cfg.ssl_ca_cert = admin.configuration.host, admin.configuration.ssl_ca_cert
     cfg.api_key = {"authorization": token}
