@@ -12,13 +12,28 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from fakegpu import __version__
-from fakegpu.errors import EXIT_CLOSED_PIPE, EXIT_INTERRUPTED, EXIT_INVALID, FakegpuError
+from fakegpu.errors import (
+    EXIT_CLOSED_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    FakegpuError,
+    printable,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its refusals on one line (no usage block above it), exit 2;
+    every subcommand's parser is of this class too (argparse makes them of the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INVALID, f"{self.prog}: {printable(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fakegpu",
         description="Fake GPU hardware (NVML) and a DRA test kit for Kubernetes.",
     )

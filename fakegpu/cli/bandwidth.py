@@ -11,7 +11,7 @@ from typing import Any
 from fakegpu.errors import EXIT_OK, InvalidInput, printable
 from fakegpu.fsutil import atomic_write, read_input
 
-from . import add_verbose, show_help
+from . import add_verbose, argtypes, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "of the topology)")
     run.add_argument("--selector", default=None, metavar="LABELS",
                      help="the worker pods (default: app.kubernetes.io/name=nvbandwidth)")
-    run.add_argument("--network-gbps", type=float, default=None, metavar="GBPS",
+    run.add_argument("--network-gbps", type=argtypes.positive, default=None, metavar="GBPS",
                      help="node-to-node speed per GPU (default: the topology's network)")
     run.add_argument("--timeout", type=int, default=60, metavar="S",
                      help="how long rank 0 waits for the others (default 60)")
@@ -68,8 +68,6 @@ def _run(args: argparse.Namespace) -> int:
     from fakegpu.kube import api as kubeapi
     from fakegpu.topology.load import load_topology
 
-    if args.network_gbps is not None and not args.network_gbps > 0:
-        raise InvalidInput(f"--network-gbps: {args.network_gbps:g}, expected a speed above 0")
     if args.timeout < 1:
         raise InvalidInput(f"--timeout: {args.timeout}, expected at least 1 second")
     objects = None if args.filename is None else _manifest(args.filename)  # before any lookup

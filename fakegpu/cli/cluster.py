@@ -14,10 +14,10 @@ from rich.console import Console
 
 from fakegpu import drivers
 from fakegpu.cluster.names import validate_name
-from fakegpu.errors import EXIT_FAILED, FakegpuError
+from fakegpu.errors import EXIT_INVALID, FakegpuError
 from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
-from . import add_verbose, show_help
+from . import add_verbose, argtypes, show_help
 
 if TYPE_CHECKING:
     from fakegpu.cluster.provider import ClusterInfo, Clusters
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="Kubernetes minor (default: the newest supported)")
     up.add_argument("--retain", "--keep-on-failure", dest="retain", action="store_true",
                     help="on failure keep everything for debugging (remove it with down)")
-    up.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
+    up.add_argument("--timeout", type=argtypes.seconds, default=180.0, metavar="SECONDS",
                     help="limit for each readiness wait (default: %(default)s)")
     up.add_argument("--driver", choices=tuple(drivers.CHOICES), default=drivers.DEFAULT_KEY,
                     help=f"fakegpu: driver {drivers.FAKEGPU}; nvidia: NVIDIA-compatible, driver "
@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     name_arg(down)
     down.set_defaults(func=_down)
 
-    status = cmds.add_parser("status", help="describe a cluster (exit 1 when there is none)")
+    status = cmds.add_parser("status", help="describe a cluster (exit 2 when there is none)")
     status.add_argument("--format", choices=("text", "json"), default="text")
     name_arg(status)
     status.set_defaults(func=_status)
@@ -101,9 +101,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "instance never becomes ready: the rollout stops there and the previous "
                     "version keeps serving; upgrading to that version again rolls back.")
     upgrade.add_argument("cluster", metavar="NAME", type=_cluster_name, help="the cluster")
-    upgrade.add_argument("--version", dest="plugin_version", required=True,
-                         help="the version to roll to (embedded: the plugin's version stamp; "
-                              "kind: the tag of an image built with that stamp)")
+    to = upgrade.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to", dest="plugin_version", metavar="VERSION",
+                    help="the version to roll to (embedded: the plugin's version stamp; "
+                         "kind: the tag of an image built with that stamp)")
+    # The old spelling, hidden: `--version` means the program's version everywhere else.
+    to.add_argument("--version", dest="plugin_version", help=argparse.SUPPRESS)
     upgrade.add_argument("--broken", action="store_true",
                          help="a broken release of that version: it never becomes ready")
     upgrade.add_argument("--strategy", choices=("surge", "sequential"), default="surge",
@@ -111,7 +114,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                               "maxUnavailable 1 (default: %(default)s)")
     upgrade.add_argument("--provider", choices=("embedded", "kind"), default="embedded",
                          help="the cluster's provider (default: %(default)s)")
-    upgrade.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+    upgrade.add_argument("--timeout", type=argtypes.seconds, default=120.0, metavar="SECONDS",
                          help="how long each node's new instance may take to become ready "
                               "(default: %(default)s)")
     add_verbose(upgrade)
@@ -240,8 +243,9 @@ def _status(args: argparse.Namespace) -> int:
     if info is None:
         if args.format == "json":
             print("null")
+        # Exit 2, as every command naming a cluster that is not there (README's exit codes).
         print(f"fakegpu: no cluster {args.name!r}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_INVALID
     if args.format == "json":
         print(json.dumps(info.to_json(), indent=2))
         return 0

@@ -4,7 +4,6 @@ IMEX daemon (docs/gb200.md)."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import threading
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from fakegpu.computedomain.names import Names
 from fakegpu.errors import InvalidInput
 
-from . import add_verbose, show_help
+from . import add_verbose, argtypes, show_help
 
 DEFAULT_DOMAIN = "fakegpu.dev"
 
@@ -50,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="image of the IMEX daemon pods (one with a busybox shell and httpd)")
     ctl.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
-    ctl.add_argument("--resync", type=float, default=60.0, metavar="SECONDS",
+    ctl.add_argument("--resync", type=argtypes.interval, default=60.0, metavar="SECONDS",
                      help="seconds between full passes over every domain, the safety net "
                           "under the watches (default: %(default)s)")
     add_verbose(ctl)
@@ -94,8 +93,6 @@ def _controller(args: argparse.Namespace) -> int:
     from fakegpu.computedomain.connect import connect
     from fakegpu.computedomain.controller import Config, Controller
 
-    if not math.isfinite(args.resync) or args.resync <= 0:  # nan compares false: never resyncs
-        raise InvalidInput(f"--resync must be a positive number of seconds, not {args.resync}")
     names = _names(args.domain)
     api = connect(args.kubeconfig)
     stop = threading.Event()

@@ -100,6 +100,6 @@ def _delete(args: argparse.Namespace) -> int:
 
     names = _simulated(args.topology)
     with kubeapi.session(args.kubeconfig) as api:
-        nodes.delete(api, names)
-    print(f"{len(names)} simulated Node objects deleted (or were not there)")
+        deleted = nodes.delete(api, names)
+    print(f"{deleted} simulated Node objects deleted ({len(names) - deleted} were not there)")
     return EXIT_OK

@@ -21,6 +21,12 @@ from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
 
 from . import add_verbose, show_help
 
+# Said in the file itself: it is read by people who run `kind create cluster --config` on it.
+NO_CNI_NOTE = ("# disableDefaultCNI: fakegpu's kind provider installs a bridge CNI on every node;"
+               "\n# with a plain `kind create cluster` the nodes stay NotReady. For that, print "
+               "it with\n# --default-cni (kind's kindnetd, whose image kind must be able to "
+               "pull).\n")
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``kind`` and its subcommands to the top-level parser."""
@@ -46,6 +52,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cfg.add_argument("--topology", type=Path, default=None,
                      help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
     cfg.add_argument("--image", default=None, help="node image to name in the config")
+    cfg.add_argument("--default-cni", action="store_true",
+                     help="keep kind's default CNI (kindnetd), for a plain `kind create "
+                          "cluster`; without it the nodes need the CNI fakegpu's kind provider "
+                          "installs, and stay NotReady otherwise")
     add_verbose(cfg)
     cfg.set_defaults(func=_config)
 
@@ -92,8 +102,12 @@ def _config(args: argparse.Namespace) -> int:
     topo = load_topology(topology)
     minor = featuregates.parse_minor(binaries.resolve_version(args.k8s_version))
     header = config.committed_header(minor, topo.name)
-    sys.stdout.write(config.dump(config.render(minor, [n.name for n in topo.nodes], args.image),
-                                 header))
+    rendered = config.render(minor, [n.name for n in topo.nodes], args.image)
+    if args.default_cni:
+        rendered["networking"].pop("disableDefaultCNI", None)
+    else:
+        header += NO_CNI_NOTE
+    sys.stdout.write(config.dump(rendered, header))
     return 0
 
 

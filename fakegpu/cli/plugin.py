@@ -10,7 +10,7 @@ from pathlib import Path
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 
-from . import add_verbose, show_help
+from . import add_verbose, argtypes, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -61,11 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "removes them after its grace period if none comes)")
     run.add_argument("--no-slices", dest="publish_slices", action="store_false",
                      help="do not publish ResourceSlices (another component does)")
-    run.add_argument("--rediscover-interval", type=float, default=10.0, metavar="SECONDS",
+    run.add_argument("--rediscover-interval", type=argtypes.interval, default=10.0,
+                     metavar="SECONDS",
                      help="how often NVML is re-read to republish changed devices, e.g. "
                           "after MIG reconfiguration; XID/ECC/GPU-lost events republish at "
                           "once (default: %(default)s)")
-    run.add_argument("--grace-period", type=float, default=30.0, metavar="SECONDS",
+    run.add_argument("--grace-period", type=argtypes.seconds, default=30.0, metavar="SECONDS",
                      help="on SIGTERM, how long in-flight calls may take to finish "
                           "(default: %(default)s)")
     run.add_argument("--version", dest="print_version", action="store_true",

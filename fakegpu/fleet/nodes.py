@@ -8,7 +8,7 @@ died ends up saying; starting it hands it back and KWOK makes it Ready again.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -16,6 +16,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors as kerrors
 from fakegpu.topology.model import Node
 
 # KWOK's conventions (its documentation's): the annotation KWOK is told to manage, and the
@@ -112,9 +113,31 @@ def stopped(api: client.ApiClient) -> set[str]:
     return {str(n["metadata"]["name"]) for n in listed.get("items") or []}
 
 
-def delete(api: client.ApiClient, names: Sequence[str]) -> None:
-    """Delete the Node objects (their slices go with them: the Node owns them)."""
+def delete(api: client.ApiClient, names: Sequence[str]) -> int:
+    """Delete those of the Node objects that exist (their slices go with them: the Node owns
+    them); the count deleted. A server that lists no Nodes is no Kubernetes apiserver and a
+    refused delete is not a deleted node: both raise, once every name was tried."""
+    try:
+        listed = kerrors.call("cannot list Nodes", lambda: kubeapi.get_json(api, "/api/v1/nodes"))
+    except ValueError:
+        listed = None  # not JSON
+    if not isinstance(listed, dict) or listed.get("kind") != "NodeList":
+        raise kerrors.KubeError(f"{api.configuration.host} is no Kubernetes apiserver: "
+                                "/api/v1/nodes answered no NodeList")
+    have = {str(n["metadata"]["name"]) for n in listed.get("items") or []}
     core = client.CoreV1Api(api)
-    for name in names:
-        with contextlib.suppress(client.ApiException):
-            core.delete_node(name, _request_timeout=kubeapi.TIMEOUT_S)
+    deleted, refused = 0, []
+    for name in (n for n in names if n in have):
+        try:
+            kerrors.call(f"cannot delete Node {name}", functools.partial(
+                core.delete_node, name, _request_timeout=kubeapi.TIMEOUT_S))
+        except kerrors.NotFound:
+            continue  # gone since the list: not ours to count
+        except kerrors.KubeError as err:
+            refused.append(err)
+            continue
+        deleted += 1
+    if refused:
+        raise kerrors.KubeError(f"{deleted} simulated Node objects deleted, {len(refused)} "
+                                f"not: {refused[0]}", refused[0].status)
+    return deleted

@@ -10,6 +10,7 @@ to adopt; should none come, the kubelet removes them after its grace period.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 from fakegpu import drivers
-from fakegpu.errors import InvalidInput
+from fakegpu.errors import InvalidInput, printable
 
 from . import discovery, healthsvc, names, version
 from .checkpoint import Records
@@ -51,6 +52,21 @@ class Options:
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
 
 
+def usable_dir(flag: str, path: Path) -> None:
+    """Make ``path`` (absolute: the kubelet and the runtime resolve it from elsewhere) or say in
+    one line why it cannot be, before the servers, the checkpoint or a CDI spec fail on it."""
+    if not path.is_absolute():
+        raise InvalidInput(f"{flag}: {printable(str(path))} is a relative path, expected an "
+                           "absolute one")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InvalidInput(f"{flag}: cannot create directory {printable(str(path))}: "
+                           f"{err.strerror or err}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InvalidInput(f"{flag}: directory {printable(str(path))} is not writable")
+
+
 def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
     registry = kubelet_root / "plugins_registry"
     candidates = {*registry.glob(f"{driver}-reg.sock"), *registry.glob(f"{driver}-*-reg.sock")}
@@ -72,6 +88,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     except ValueError as err:
         raise InvalidInput(str(err)) from err
     state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
+    for flag, path in (("--kubelet-root", opts.kubelet_root), ("--cdi-root", opts.cdi_root),
+                       ("--state-dir", state_dir)):
+        usable_dir(flag, path)
     stamp = version.current()
     log.info("fakegpu plugin version %s (from %s)", stamp.version, stamp.source)
     stop = stop or threading.Event()

@@ -78,12 +78,13 @@ def _fields(obj: Any, where: str, allowed: Sequence[str]) -> dict[str, Any]:
     return obj
 
 
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+# No sign, no exponent, no nan/inf: a limit is a size. fullmatch, as match's `$` passes "1Gi\n".
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 
 
 def _quantity(value: Any, where: str) -> str:
     text = str(value)
-    if isinstance(value, bool) or not _QUANTITY.match(text):
+    if isinstance(value, bool) or not _QUANTITY.fullmatch(text):
         raise ConfigError(f"{where}: {value!r} is not a quantity (e.g. 10Gi)")
     return text
 

@@ -38,7 +38,7 @@ STAMP_FILE = Path("/opt/fakegpu/VERSION")
 PREPARE_DELAY_ENV = "FAKEGPU_PLUGIN_PREPARE_DELAY"
 BROKEN_SUFFIX = "-broken"
 # A version goes into labels, image tags and file names: keep it to what all of them accept.
-_VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_VALID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Stamp:
 
 def check(version: str, where: str) -> str:
     """``version`` if it is a usable version string, else bad input naming ``where``."""
-    if not _VALID.match(version):
+    if not _VALID.fullmatch(version):  # fullmatch: match's `$` lets "2.0\n" through
         raise InvalidInput(f"{where}: plugin version {version!r} is not 1-63 characters of "
                            "letters, digits, '.', '_' or '-' starting with a letter or digit")
     return version

@@ -76,4 +76,4 @@ def test_an_apiserver_that_is_down_is_one_line_and_exit_1(tmp_path: Path,
 def test_a_resync_that_is_no_positive_number_is_refused(tmp_path: Path, value: str) -> None:
     out = fakegpu(tmp_path, *CONTROLLER, f"--resync={value}")
     assert out.returncode == 2, out.stderr
-    assert "--resync must be a positive number of seconds" in one_line(out)
+    assert "--resync" in one_line(out) and "number of seconds" in one_line(out)

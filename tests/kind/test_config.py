@@ -47,3 +47,19 @@ def test_config_has_gates_apis_cdi_and_one_worker_per_node(minor: str) -> None:
 def test_render_names_the_node_image_on_every_node() -> None:
     cfg = config.render(37, ["a", "b"], "fakegpu.local/kind-node:v1.37.2-x")
     assert [n.get("image") for n in cfg["nodes"]] == ["fakegpu.local/kind-node:v1.37.2-x"] * 3
+
+
+def test_the_config_says_it_needs_our_cni_and_default_cni_is_for_plain_kind() -> None:
+    def printed(*flags: str) -> str:
+        return subprocess.run([sys.executable, "-m", "fakegpu", "kind", "config", *flags],
+                              capture_output=True, text=True, check=True).stdout
+
+    ours, plain = printed(), printed("--default-cni")
+    assert yaml.safe_load(ours)["networking"]["disableDefaultCNI"] is True
+    assert "a plain `kind create cluster` the nodes stay NotReady" in ours
+    assert "--default-cni" in ours
+    assert "disableDefaultCNI" not in yaml.safe_load(plain)["networking"]
+    assert "NotReady" not in plain
+    # Everything else is the same config.
+    rest = {k: v for k, v in yaml.safe_load(ours).items() if k != "networking"}
+    assert rest == {k: v for k, v in yaml.safe_load(plain).items() if k != "networking"}

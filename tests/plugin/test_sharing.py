@@ -207,3 +207,34 @@ def test_a_stand_in_without_a_record_is_removed_at_start(tmp_path: Path) -> None
     left.mkdir(parents=True)
     _driver(tmp_path, ClaimStore())
     assert not left.parent.exists()
+
+
+@pytest.mark.parametrize(("mps", "field"), [
+    ({"defaultActiveThreadPercentage": -1}, "defaultActiveThreadPercentage: -1 must be"),
+    ({"defaultActiveThreadPercentage": float("nan")}, "defaultActiveThreadPercentage: nan"),
+    ({"defaultActiveThreadPercentage": 50.0}, "defaultActiveThreadPercentage: 50.0 must be"),
+    ({"defaultPinnedDeviceMemoryLimit": "-1Gi"}, "defaultPinnedDeviceMemoryLimit: '-1Gi'"),
+    ({"defaultPinnedDeviceMemoryLimit": float("nan")}, "defaultPinnedDeviceMemoryLimit: nan"),
+    ({"defaultPinnedDeviceMemoryLimit": "inf"}, "defaultPinnedDeviceMemoryLimit: 'inf'"),
+    ({"defaultPinnedDeviceMemoryLimit": "1e9"}, "defaultPinnedDeviceMemoryLimit: '1e9'"),
+    # A trailing newline passed a `$`-anchored match and reached the container's env.
+    ({"defaultPinnedDeviceMemoryLimit": "1Gi\n"}, "defaultPinnedDeviceMemoryLimit: '1Gi\\n'"),
+    ({"defaultPerDevicePinnedMemoryLimit": {"0": "-2Mi"}},
+     "defaultPerDevicePinnedMemoryLimit.0: '-2Mi'"),
+    ({"defaultPerDevicePinnedMemoryLimit": {"0": "2Mi\n"}},
+     "defaultPerDevicePinnedMemoryLimit.0: '2Mi\\n'"),
+])
+def test_negative_nan_or_trailing_newline_figures_are_refused_naming_the_field(
+        mps: dict[str, Any], field: str) -> None:
+    with pytest.raises(sharing.ConfigError) as err:
+        sharing.parse([opaque("FromClaim", gpu_config(strategy="MPS", mpsConfig=mps))],
+                      DRIVER, OWN)
+    assert f"claim config 1 (opaque.parameters).sharing.mpsConfig.{field}" in str(err.value)
+
+
+@pytest.mark.parametrize("interval", [-1, float("nan"), float("inf"), "Long\n", 0])
+def test_a_time_slicing_interval_that_is_no_interval_name_is_refused(interval: Any) -> None:
+    with pytest.raises(sharing.ConfigError) as err:
+        sharing.parse([opaque("FromClaim", gpu_config(
+            strategy="TimeSlicing", timeSlicingConfig={"interval": interval}))], DRIVER, OWN)
+    assert "sharing.timeSlicingConfig.interval: " in str(err.value)

@@ -1,0 +1,45 @@
+"""argparse types shared by every command: numbers a flag may take, checked in one place.
+
+``float("nan")``, ``float("inf")`` and negatives parse as floats, and a wait with a NaN limit
+never ends (every comparison with NaN is false); a flag of seconds therefore takes only a
+finite number. A refusal is argparse's own: the usage line, one line naming the flag, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def _finite(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} (a finite number)")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds, 0 or more (a timeout, a grace period)."""
+    value = _finite(text, "a number of seconds")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
+
+
+def interval(text: str) -> float:
+    """A period in seconds, more than 0 (0 would make its loop spin)."""
+    value = _finite(text, "a number of seconds")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (more than 0)")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number more than 0 (a rate such as Gbit/s)."""
+    value = _finite(text, "a number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number more than 0")
+    return value
