@@ -48,7 +48,7 @@ class Target:
 def check_target(version: str, broken: bool = False, strategy: str = "surge", *,
                  kill_old: bool = False, prepare_delay_s: float = 0.0,
                  nodes: tuple[str, ...] = (), ready_timeout_s: float = 0.0) -> Target:
-    plugin_version.check(version, "--version")
+    plugin_version.check(version, "--to")
     if strategy not in STRATEGIES:
         raise InvalidInput(f"--strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     if kill_old and strategy != "surge":
