@@ -21,9 +21,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
-    from fakegpu.cluster.embedded.controlplane import ControlPlane
-
     from fakegpu.cluster.artifacts import binaries
+    from fakegpu.cluster.embedded.controlplane import ControlPlane
     from fakegpu.errors import MissingPrerequisite
 
     try:
