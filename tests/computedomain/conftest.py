@@ -20,19 +20,11 @@ NAMES = for_gpu_driver("gpu.nvidia.com")
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory
+def control_plane(bare_control_plane: Any
                   ) -> Iterator[tuple[client.ApiClient, Any]]:
     """(an admin client, the ControlPlane) once the ComputeDomain CRD is served."""
-    from fakegpu.cluster.artifacts import binaries
     from fakegpu.cluster.embedded import install
-    from fakegpu.cluster.embedded.controlplane import ControlPlane
-    from fakegpu.errors import MissingPrerequisite
-
-    try:
-        bins = binaries.ensure()
-    except MissingPrerequisite as err:
-        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
-    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+    with bare_control_plane() as cp:
         c = kubeapi.connect(Path(cp.kubeconfig))
         kubeapi.apply(c, install.objects(Install(driver="gpu.nvidia.com")))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -17,16 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.ApiClient]:
-    from fakegpu.cluster.artifacts import binaries
-    from fakegpu.cluster.embedded.controlplane import ControlPlane
-    from fakegpu.errors import MissingPrerequisite
-
-    try:
-        bins = binaries.ensure()
-    except MissingPrerequisite as err:
-        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
-    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+def api(bare_control_plane: Any) -> Iterator[client.ApiClient]:
+    with bare_control_plane() as cp:
         c = kubeapi.connect(Path(cp.kubeconfig))
         yield c
         c.close()  # type: ignore[no-untyped-call]

@@ -36,19 +36,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def apiserver(bare_control_plane: Any) -> Iterator[Path]:
     """A real etcd + kube-apiserver. The binaries are obtained (built from the Go module proxy
     when missing, as in CI) rather than skipped for: only a host that truly cannot have them
     (no Go and nothing cached, an unsupported architecture) skips, saying why."""
-    from fakegpu.cluster.artifacts import binaries
-    from fakegpu.cluster.embedded.controlplane import ControlPlane
-    from fakegpu.errors import MissingPrerequisite
-
-    try:
-        bins = binaries.ensure()
-    except MissingPrerequisite as err:
-        pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
-    with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+    with bare_control_plane() as cp:
         yield cp.kubeconfig
 
 
