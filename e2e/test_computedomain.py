@@ -227,7 +227,7 @@ def test_a_node_whose_fabric_is_degraded_cannot_join(
 
 def test_a_claim_naming_another_namespaces_domain_is_refused(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
-    resource_api: ResourceApi, namespace: str, names: Names, gpu_nodes: list[str],
+    resource_api: ResourceApi, namespace: str, names: Names, publishing_nodes: list[str],
     domains: Callable[..., dict[str, Any]],
 ) -> None:
     # Tenant B's domain; tenant A (the test's namespace) copies its channel template, with
@@ -255,7 +255,7 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
         copied = {"apiVersion": theirs["apiVersion"], "kind": "ResourceClaimTemplate",
                   "metadata": {"name": "copied"}, "spec": theirs["spec"]}
         resource_api.create("resourceclaimtemplates", copied, namespace)
-        node = gpu_nodes[0]
+        node = publishing_nodes[0]
         k8s.create_pod(core_v1, namespace, channel_pod(
             "intruder", fakegpu_cluster.workload_image, node, template="copied"))
         event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
@@ -273,10 +273,10 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
 
 def test_a_second_domain_waits_for_a_node_the_first_one_holds(
     fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
-    namespace: str, names: Names, gpu_nodes: list[str],
+    namespace: str, names: Names, publishing_nodes: list[str],
     domains: Callable[..., dict[str, Any]],
 ) -> None:
-    node = gpu_nodes[1]
+    node = publishing_nodes[1]
     domains(namespace, "first", 1)
     domains(namespace, "second", 1, "second-channel")
     image = fakegpu_cluster.workload_image

@@ -13,6 +13,7 @@ what pods see, and `fakegpu smi --cluster` (NVML as a user reads it).
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 from collections.abc import Iterator
@@ -39,7 +40,6 @@ TOPOLOGY = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-driver.yam
 NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--nvidia-plugin-bin PATH): its source "
              "is not on the package proxies here; build it from NVIDIA/k8s-dra-driver-gpu "
              "(go build -mod=vendor ./cmd/gpu-kubelet-plugin, docs/nvidia-driver.md)")
-UUID = re.compile(r"\b(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
 
 @pytest.fixture(scope="module")
@@ -77,17 +77,11 @@ def ns(api: Any) -> Iterator[str]:
 
 def nvml_uuids(cluster: ClusterInfo) -> tuple[set[str], set[str]]:
     """(UUIDs of whole GPUs with MIG off, UUIDs of MIG devices) as NVML reports them."""
-    out = nodenvml.run(cluster.name, NODE, ["smi"], provider=cluster.provider)
+    out = nodenvml.run(cluster.name, NODE, ["smi", "-o", "json"], provider=cluster.provider)
     assert out.returncode == 0, out.stderr
-    gpus, migs = set(), set()
-    for line in out.stdout.splitlines():
-        found = UUID.search(line)
-        if found is None:
-            continue
-        if found.group().startswith("MIG-"):
-            migs.add(found.group())
-        elif re.search(r"\s(off)\s", line):
-            gpus.add(found.group())
+    view = json.loads(out.stdout)
+    gpus = {g["uuid"] for g in view["gpus"] if g["mig_mode"] != "Enabled"}
+    migs = {m["uuid"] for m in view["mig_devices"]}
     return gpus, migs
 
 

@@ -444,8 +444,8 @@ def test_the_nodes_gpu_state_outlives_the_upgrade(
     device = wait_for(fabric_tainted, what=f"the fabric taint on {node}", timeout=90)
     upgrade_plugin(fakegpu_cluster, version="2.6.0")
     # The new plugin reads the same NVML state: the GPU is still degraded there ...
-    line = [ln for ln in faults.smi(fakegpu_cluster, node).splitlines()
-            if ln.strip().startswith(f"{gpu} ")]
-    assert line and "degraded" in line[0], f"GPU {gpu} of {node} after the upgrade: {line}"
+    seen = {g["index"]: g for g in faults.smi_view(fakegpu_cluster, node)["gpus"]}
+    assert "degraded" in str(seen[gpu].get("fabric")), (
+        f"GPU {gpu} of {node} after the upgrade: {seen.get(gpu)}")
     # ... and its device keeps the taint in the slices the new plugin publishes.
     assert fabric_tainted() == device

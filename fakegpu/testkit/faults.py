@@ -7,7 +7,8 @@ where the node's plugin and pods see it (``fakegpu.cluster.nodenvml``).
 
 from __future__ import annotations
 
-import re
+import json
+from typing import Any
 
 from fakegpu.cluster import nodenvml
 from fakegpu.cluster.provider import ClusterInfo
@@ -45,15 +46,26 @@ def smi(cluster: ClusterInfo, node: str) -> str:
     return _run(cluster, node, ["smi"])
 
 
-_GPU_LINE = re.compile(r"^\s*(\d+)\s.*\s(GPU-[0-9a-fA-F-]+)\s*$")
+def smi_view(cluster: ClusterInfo, node: str) -> dict[str, Any]:
+    """The node's ``fakegpu smi -o json``: the same NVML answers as data (the table is fitted
+    to a terminal, not meant to be parsed)."""
+    out = _run(cluster, node, ["smi", "-o", "json"])
+    try:
+        view = json.loads(out)
+        if isinstance(view, dict) and isinstance(view.get("gpus"), list):
+            return view
+    except ValueError:
+        pass
+    raise FaultCommandFailed(f"node {node} of {cluster.name}: `fakegpu smi -o json` gave no "
+                             f"GPU list:\n{out[-800:]}")
 
 
 def gpu_index(cluster: ClusterInfo, node: str, uuid: str) -> int:
     """The NVML index (what ``inject`` takes) of the GPU with ``uuid`` on ``node``: what a pod
     sees (``NVIDIA_VISIBLE_DEVICES``) or a slice publishes (``uuid``), looked up in ``smi``."""
-    view = smi(cluster, node)
-    for line in view.splitlines():
-        m = _GPU_LINE.match(line)
-        if m and m.group(2) == uuid:
-            return int(m.group(1))
-    raise FaultCommandFailed(f"node {node} of {cluster.name} has no GPU {uuid}:\n{view}")
+    gpus = smi_view(cluster, node)["gpus"]
+    for gpu in gpus:
+        if gpu.get("uuid") == uuid:
+            return int(gpu["index"])
+    raise FaultCommandFailed(f"node {node} of {cluster.name} has no GPU {uuid}: "
+                             f"{[g.get('uuid') for g in gpus]}")
