@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fakegpu import paths
-from fakegpu.testkit import prereq
+from fakegpu.cluster import PROVIDERS
 from fakegpu.testkit.options import Options
 from fakegpu.testkit.session import (
     E2E_MARKER,
@@ -53,7 +53,7 @@ COORDINATION_KEY = "fakegpu_coordination"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fakegpu", "fakegpu end-to-end cluster")
-    group.addoption("--fakegpu-provider", dest="fakegpu_provider", choices=prereq.PROVIDERS,
+    group.addoption("--fakegpu-provider", dest="fakegpu_provider", choices=PROVIDERS,
                     default="embedded",
                     help="cluster provider for e2e tests (default: embedded)")
     group.addoption("--k8s-version", dest="k8s_version", default=None, metavar="VERSION",

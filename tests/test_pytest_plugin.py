@@ -128,7 +128,7 @@ import pytest
 import fakegpu.cluster
 from fakegpu.cluster.provider import ClusterInfo, NodeInfo
 from fakegpu.errors import FakegpuError
-from fakegpu.testkit import prereq
+from fakegpu.cluster import prereq
 
 HERE = Path(__file__).parent
 CALLS = HERE / "calls.jsonl"

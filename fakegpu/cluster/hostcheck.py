@@ -1,7 +1,7 @@
 """What this host offers the cluster providers, asked without bringing anything up.
 
 Public on purpose: the test kit decides from these answers whether an e2e suite may skip
-(``fakegpu.testkit.prereq``), so it must not reach into the providers' internals. Each answer
+(``fakegpu.cluster.prereq``), so it must not reach into the providers' internals. Each answer
 comes from the code the providers themselves run, so "missing" here means their bring-up
 would fail for the same reason.
 """

@@ -9,7 +9,7 @@
   down once every worker is past its topology, and the controller downs what is left and prints
   the summaries from what the workers sent back (``workeroutput``);
 - ``serial`` tests run alone on their cluster (an exclusive lock the parallel tests share);
-- e2e tests skip only when a host prerequisite is truly missing (``testkit.prereq``), and the
+- e2e tests skip only when a host prerequisite is truly missing (``cluster.prereq``), and the
   terminal summary then says in capitals that the suite did not run; any other failure to bring
   the cluster up is an error of every e2e test;
 - a failing e2e test gets the cluster's component logs, its namespace's events and pod
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from fakegpu.testkit import prereq
+from fakegpu.cluster import prereq
 from fakegpu.testkit.costs import BRINGUP_PROPERTY
 from fakegpu.testkit.workers import FINISHED, Coordination, SharedOutcome
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cluster.hostcheck import docker_problem
-from fakegpu.testkit.prereq import (
+from fakegpu.cluster.prereq import (
     HostFacts,
     missing_prerequisites,
     probe_host,

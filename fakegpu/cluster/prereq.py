@@ -1,4 +1,5 @@
-"""Which host prerequisites of a cluster provider are missing.
+"""Which host prerequisites of a cluster provider are missing (the providers' knowledge: the
+test kit and the pytest plugin ask here rather than know the providers themselves).
 
 Split in two so the decision is testable without changing the host: ``probe_host`` gathers
 facts (root? Go? cached binaries? a reachable Docker daemon?) and ``missing_prerequisites`` is
@@ -11,9 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from fakegpu.cluster import hostcheck
-
-PROVIDERS = ("embedded", "kind")
+from fakegpu.cluster import PROVIDERS, hostcheck
 
 
 @dataclass(frozen=True)
