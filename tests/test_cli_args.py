@@ -93,7 +93,8 @@ def test_no_such_cluster_is_exit_2_from_every_command(
 @pytest.mark.parametrize(("root", "why"), [
     ("relative/kubelet", "is a relative path, expected an absolute one"),
     ("/proc/fakegpu-kubelet", "cannot create directory /proc/fakegpu-kubelet"),
-    ("/dev/null/kubelet", "cannot create directory /dev/null/kubelet: Not a directory"),
+    ("/dev/null/kubelet", "cannot create directory /dev/null/kubelet/plugins_registry: Not a "
+                          "directory"),
 ])
 def test_plugin_run_refuses_a_kubelet_root_it_cannot_use(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, root: str, why: str) -> None:

@@ -88,7 +88,10 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     except ValueError as err:
         raise InvalidInput(str(err)) from err
     state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
-    for flag, path in (("--kubelet-root", opts.kubelet_root), ("--cdi-root", opts.cdi_root),
+    # Of the kubelet's root only the plugin's own directories in it must be writable: in the
+    # plugin's pod the root itself is read-only, only these are mounted from the node.
+    for flag, path in (("--kubelet-root", paths.registration.parent),
+                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", opts.cdi_root),
                        ("--state-dir", state_dir)):
         usable_dir(flag, path)
     stamp = version.current()
