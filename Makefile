@@ -51,7 +51,7 @@ test-nvidia: $(STAMP)
 		e2e/test_nvidia_compatible.py \
 		e2e/test_computedomain.py e2e/test_basic_allocation.py e2e/nvidia --fakegpu-driver nvidia \
 		$(foreach image,$(NVIDIA_IMAGES),--fakegpu-image-alias $(image)) \
-		--cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
+		--fakegpu-cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
 
 # The upgrade suite is left out of the kind pass: at the load this 2-core VM sustains on kind
 # it takes about 25 min (test-upgrade-kind runs it; docs/upgrades.md). The conformance suite
@@ -60,7 +60,7 @@ test-kind: $(STAMP)
 	$(VENV)/bin/python -m pytest $(call XDIST,$(KIND_WORKERS)) e2e tests/kind fakegpu/conformance \
 		-m e2e --fakegpu-provider kind \
 		--deselect e2e/test_upgrade.py $(ONLY_IN_TEST_NVIDIA) --junitxml=reports/junit-kind.xml \
-		--conformance-report reports/conformance/kind
+		--fakegpu-conformance-report reports/conformance/kind
 
 UPGRADE_LOAD_RATE ?= 0.25
 test-upgrade-kind: $(STAMP)

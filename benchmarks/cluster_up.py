@@ -34,11 +34,13 @@ from pathlib import Path
 
 from benchlib import load_average, machine
 
+from fakegpu.topology.packaged import FIXTURES
+
 REPO = Path(__file__).resolve().parent.parent
 CASES: dict[str, Path] = {
-    "1": REPO / "fixtures" / "hgx-h200.yaml",  # one node, 8 GPUs
-    "4": REPO / "fixtures" / "gb200-mini.yaml",  # 4 nodes x 4 GB200
-    "18": REPO / "fixtures" / "gb200-nvl72.yaml",  # 18 nodes x 4 GB200
+    "1": FIXTURES / "hgx-h200.yaml",  # one node, 8 GPUs
+    "4": FIXTURES / "gb200-mini.yaml",  # 4 nodes x 4 GB200
+    "18": FIXTURES / "gb200-nvl72.yaml",  # 18 nodes x 4 GB200
 }
 CLUSTER = "fg-bench"  # its own name: never a cluster someone else is using
 

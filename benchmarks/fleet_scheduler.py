@@ -13,7 +13,7 @@ in ten with every GPU in MIG mode as 4g.40gb + 3g.40gb) it runs the real CLI,
   claim's allocation is first seen on a watch; throughput is claims allocated per second
   from the first create to the last allocation. The pods are Running through KWOK.
 
-then ``fakegpu cluster down``. The 1,000-node size is fixtures/fleet-1000.yaml (2 real nodes
+then ``fakegpu cluster down``. The 1,000-node size is the packaged fleet-1000 (2 real nodes
 too); the 100-node one is the same shape, generated. Needs root and the embedded provider;
 run it under ``flock /tmp/cluster.lock`` on a shared host.
 
@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from fakegpu.cluster.embedded.state import ClusterState, clusters_dir  # noqa: E402
 from fakegpu.kube import api as kubeapi  # noqa: E402
 from fakegpu.kube.resource import GROUP  # noqa: E402
+from fakegpu.topology.packaged import FIXTURES  # noqa: E402
 
 CLUSTER = "fg-fleet"
 NAMESPACE = "fleet-bench"
@@ -52,7 +53,7 @@ KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": 
 
 def topology_for(size: int, where: Path) -> Path:
     if size == 1000:
-        return REPO / "fixtures" / "fleet-1000.yaml"
+        return FIXTURES / "fleet-1000.yaml"
     whole, mig = size * 9 // 10, size - size * 9 // 10
     text = f"""\
 name: fleet-{size}

@@ -1,7 +1,7 @@
 """Benchmark the fake NVML: calls per second through pynvml and from C, and the latency of an
 injected XID reaching a process blocked in nvmlEventSetWait.
 
-    .venv/bin/python benchmarks/nvml_bench.py [--topology fixtures/dgx-h100.yaml]
+    .venv/bin/python benchmarks/nvml_bench.py [--topology dgx-h100]
 
 Prints JSON; docs/nvml.md records a run. Nothing here is asserted by the test suite.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fakegpu.nvml import build, env, faults, state
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +61,7 @@ for _ in range(int(sys.argv[1])):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--topology", default=str(ROOT / "fixtures" / "dgx-h100.yaml"))
+    parser.add_argument("--topology", default=str(FIXTURES / "dgx-h100.yaml"))
     parser.add_argument("--events", type=int, default=50)
     args = parser.parse_args()
     topo = load_topology(args.topology)

@@ -1,7 +1,7 @@
 """NVML calls per CPU-second, fakegpu's library side by side with NVIDIA's nvml-mock and with a
 no-op library, through pynvml, ctypes and C, interleaved in one run.
 
-- fakegpu: fakegpu's libnvidia-ml.so.1 on a rendered state file (fixtures/dgx-h100.yaml, first
+- fakegpu: fakegpu's libnvidia-ml.so.1 on a rendered state file (packaged topology dgx-h100, first
   node: 8 x H100).
 - nvml-mock: NVIDIA's mock NVML (github.com/NVIDIA/k8s-test-infra, pkg/gpu/mocknvml: a Go
   c-shared library), built from its own source OUTSIDE this tree (peers.py; --mock-git) with
@@ -37,6 +37,7 @@ from peers import NVML_MOCK_GIT, Peer, nvml_mock
 
 from fakegpu.nvml import build, env, state
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,7 +122,7 @@ def build_noop(fakegpu_lib: Path, out_dir: Path) -> Peer:
 
 
 def fakegpu_library(out_dir: Path) -> Peer:
-    topology = load_topology(REPO / "fixtures" / "dgx-h100.yaml")
+    topology = load_topology(FIXTURES / "dgx-h100.yaml")
     path = state.render(topology, topology.nodes[0], out_dir / "bench.state")
     lib = env.libdir() / env.LIBNAME
     return Peer("fakegpu", lib, env=env.env(path), source=f"this tree ({REPO})")

@@ -55,6 +55,7 @@ from fakegpu.plugin.driver import Devices, Driver, DriverConfig
 from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from fakegpu.plugin.server import PluginServers
 from fakegpu.plugin.sockets import socket_alive, socket_paths
+from fakegpu.topology.packaged import FIXTURES
 
 DRIVER, GPUS, CLAIMS, NAMESPACE = drivers.FAKEGPU, 8, 100, "bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -145,7 +146,7 @@ def control_plane(root: Path) -> Iterator[tuple[Path, Any]]:
 def _node() -> str:
     from fakegpu.topology.load import load_topology
 
-    return load_topology(REPO / "fixtures" / "hgx-h200.yaml").nodes[0].name
+    return load_topology(FIXTURES / "hgx-h200.yaml").nodes[0].name
 
 
 def create_claims(objects: Any, driver: str, prefix: str = "c") -> dict[str, str]:
@@ -182,7 +183,7 @@ def plugin_process(root: Path, kubeconfig: Path, objects: Any, external: str | N
         proc = subprocess.Popen(command, shell=True, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     else:
-        topology = load_topology(REPO / "fixtures" / "hgx-h200.yaml")
+        topology = load_topology(FIXTURES / "hgx-h200.yaml")
         path = state.render(topology, node, root / "node.state")
         proc = subprocess.Popen(
             [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,

@@ -38,7 +38,7 @@ from fakegpu.testkit.dra import PodClaim, ResourceApi, pod_manifest
 from fakegpu.testkit.dra import publishing_nodes as publishing_nodes_of
 from fakegpu.testkit.wait import NotYet, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/gb200-mini.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("gb200-mini")]
 
 TEMPLATE = "imex-channel"
 TIMEOUT = 180.0

@@ -1,5 +1,5 @@
 """A ComputeDomain spans one NVLink clique: on a fabric split in two cliques
-(fixtures/gb200-cliques.yaml), a node of the other clique is refused with a per-claim error
+(packaged topology gb200-cliques), a node of the other clique is refused with a per-claim error
 naming both cliques, while the domain's own nodes join."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fakegpu.testkit.wait import NotYet, wait_for
 # both providers (test_computedomain.py covers the chart's pieces on kind), and a fourth
 # kind cluster would cost the kind pass minutes of bring-up.
 pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
-              pytest.mark.topology("fixtures/gb200-cliques.yaml")]
+              pytest.mark.topology("gb200-cliques")]
 TIMEOUT = 180.0
 
 

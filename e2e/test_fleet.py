@@ -35,7 +35,7 @@ from fakegpu.topology.model import Topology
 
 # kind refuses fleet topologies (simulated nodes need the embedded provider's KWOK; docs/scale.md).
 pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
-              pytest.mark.topology("fixtures/fleet-small.yaml")]
+              pytest.mark.topology("fleet-small")]
 
 ENV_DONE = "FAKEGPU_E2E_ENV_DONE"
 PRINT_ENV_AND_WAIT = ["sh", "-c", f"env; echo {ENV_DONE}; exec sleep 3600"]

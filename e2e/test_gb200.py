@@ -27,7 +27,7 @@ from fakegpu.testkit.dra import ResourceApi
 from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.model import Topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/gb200-mini.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("gb200-mini")]
 
 CHANNEL_TEMPLATE = "bw-imex-channel"
 TIMEOUT = 180.0

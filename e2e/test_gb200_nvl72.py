@@ -1,4 +1,4 @@
-"""The full GB200 NVL72 rack (fixtures/gb200-nvl72.yaml: 18 compute trays x 4 GPUs, one
+"""The full GB200 NVL72 rack (packaged topology gb200-nvl72: 18 compute trays x 4 GPUs, one
 NVLink clique) with 18 real kubelets: one ComputeDomain over all 18 nodes gets Ready with
 every node's clique ID, the bandwidth job across its 72 GPUs is NVLink everywhere (within a
 tray and across trays through the domain), and deleting the job and the domain leaves nothing
@@ -35,7 +35,7 @@ from fakegpu.topology.model import Topology
 # (docs/kind.md). The pieces under test are the same code on both providers, and
 # test_gb200.py runs the 4-node job on kind.
 pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
-              pytest.mark.topology("fixtures/gb200-nvl72.yaml")]
+              pytest.mark.topology("gb200-nvl72")]
 
 log = logging.getLogger(__name__)
 TEMPLATE = "nvl72-imex-channel"

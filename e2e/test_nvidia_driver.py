@@ -3,12 +3,12 @@
 `fakegpu cluster up --driver nvidia --plugin-bin <gpu-kubelet-plugin> --plugin-preset nvidia`
 runs NVIDIA's gpu-kubelet-plugin in place of fakegpu's, on the host fakegpu builds for it from
 the node's NVML state. Its source is not on the package proxies here, so the binary is an
-option: ``--nvidia-plugin-bin PATH`` (build it from NVIDIA/k8s-dra-driver-gpu with its vendor
-directory). Without it every test here is skipped, saying so.
+option: ``--fakegpu-nvidia-plugin-bin PATH`` (build it from NVIDIA/k8s-dra-driver-gpu with its
+vendor directory). Without it every test here is skipped, saying so.
 
-The cluster is this module's own (a plugin other than the session's), of
-fixtures/nvidia-driver.yaml, named after --cluster-name. Observed through the Kubernetes API,
-what pods see, and `fakegpu smi --cluster` (NVML as a user reads it).
+The cluster is this module's own (a plugin other than the session's), of the packaged topology
+nvidia-driver, named after --fakegpu-cluster-name. Observed through the Kubernetes API, what
+pods see, and `fakegpu smi --cluster` (NVML as a user reads it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from fakegpu.cluster import external, get_provider, nodenvml
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import ResourceApi, attribute_value
+from fakegpu.topology.packaged import FIXTURES
 
 # Not `e2e`: that marker brings up the session's cluster (fakegpu's plugin) for every test, and
 # this module needs only its own. `integration` keeps it in `make test` (skipped, with the
@@ -36,28 +37,28 @@ pytestmark = pytest.mark.integration
 
 DRIVER = drivers.NVIDIA
 NODE = "nv-0"
-TOPOLOGY = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-driver.yaml"
-NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--nvidia-plugin-bin PATH): its source "
-             "is not on the package proxies here; build it from NVIDIA/k8s-dra-driver-gpu "
+TOPOLOGY = FIXTURES / "nvidia-driver.yaml"
+NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--fakegpu-nvidia-plugin-bin PATH): its "
+             "source is not on the package proxies here; build it from NVIDIA/k8s-dra-driver-gpu "
              "(go build -mod=vendor ./cmd/gpu-kubelet-plugin, docs/nvidia-driver.md)")
 
 
 @pytest.fixture(scope="module")
 def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
-    binary = request.config.getoption("nvidia_plugin_bin")
+    binary = request.config.getoption("fakegpu_nvidia_plugin_bin")
     if not binary:
         warnings.warn(NOT_GIVEN, stacklevel=1)  # in the warnings summary, not only -rs
         pytest.skip(NOT_GIVEN)
     plugin = external.parse(Path(binary), [], preset="nvidia", driver=None, beside=False,
                             env=[])
     clusters = get_provider("embedded")
-    name = f"{request.config.getoption('cluster_name')}-nvd"
+    name = f"{request.config.getoption('fakegpu_cluster_name')}-nvd"
     clusters.down(name)
     try:
-        yield clusters.up(name, TOPOLOGY, request.config.getoption("k8s_version"),
+        yield clusters.up(name, TOPOLOGY, request.config.getoption("fakegpu_k8s_version"),
                           driver="nvidia", plugin=plugin)
     finally:
-        if not request.config.getoption("keep_cluster"):
+        if not request.config.getoption("fakegpu_keep_cluster"):
             clusters.down(name)
 
 

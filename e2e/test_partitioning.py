@@ -1,4 +1,4 @@
-"""GPU partitioning on a real cluster (topology fixtures/partitioning.yaml, its own cluster).
+"""GPU partitioning on a real cluster (topology partitioning, its own cluster).
 
 Static MIG: the node's A100s carry pre-created MIG devices (GPU 0 as in NVIDIA's quickstart MIG
 demo: 1g.5gb x2, 2g.10gb, 3g.20gb). Claims pick them by DeviceClass (the MIG class,
@@ -36,9 +36,9 @@ from fakegpu.testkit.dra import (
 from fakegpu.testkit.gpus import visible_gpus
 from fakegpu.testkit.wait import NotYet, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/partitioning.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("partitioning")]
 
-STATIC_NODE = "a100-mig"  # fixtures/partitioning.yaml: MIG devices made beforehand
+STATIC_NODE = "a100-mig"  # partitioning: MIG devices made beforehand
 DYNAMIC_NODE = "h100-dyn"  # one H100 whose plugin runs with --dynamic-mig
 
 

@@ -25,7 +25,7 @@ from fakegpu.testkit.dra import (
 )
 from fakegpu.topology.model import Topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/mixed.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("mixed")]
 
 SLEEP = ["sleep", "3600"]
 

@@ -27,7 +27,7 @@ from fakegpu.testkit.dra import (
 )
 from fakegpu.topology.model import Gpu, Node, Topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/mixed.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("mixed")]
 
 MIB = 1 << 20
 

@@ -17,15 +17,8 @@ def cache_dir() -> Path:
     return Path(base) / CACHE_LAYOUT
 
 
-def repo_fixtures_dir() -> Path:
-    """The fixtures shipped in the source tree (``fixtures/`` beside the package)."""
-    return Path(__file__).resolve().parent.parent / "fixtures"
-
-
-# The one default cluster topology (the talk's 4x4 mini GB200 rack), for every command and the
-# pytest plugin alike.
-DEFAULT_TOPOLOGY = "gb200-mini.yaml"
-
-
-def default_topology() -> Path:
-    return repo_fixtures_dir() / DEFAULT_TOPOLOGY
+def source_checkout() -> Path | None:
+    """The source tree fakegpu runs from (a git checkout, installed editable), else None: an
+    installed wheel never rebuilds what it carries and never looks for the tree."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / ".git").exists() and (root / "pyproject.toml").is_file() else None

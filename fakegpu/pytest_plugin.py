@@ -10,36 +10,41 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from fakegpu import paths
 from fakegpu.cluster import PROVIDERS
+from fakegpu.errors import InvalidInput
 from fakegpu.testkit.options import Options
 from fakegpu.testkit.session import (
-    E2E_MARKER,
+    FAKEGPU_MARKER,
     NAMESPACE,
     E2ESession,
+    claimed,
     is_serial,
     run_protocol,
     wants_cluster,
 )
 from fakegpu.testkit.workers import Coordination
+from fakegpu.topology import packaged
 
 if TYPE_CHECKING:
     from kubernetes import client as kclient
 
     from fakegpu.cluster.provider import ClusterInfo
     from fakegpu.testkit.dra import ResourceApi
+    from fakegpu.testkit.nvml import FakeNvml
     from fakegpu.topology.model import Topology
 
-MARKER_HELP = "e2e: end-to-end tests against a real Kubernetes cluster (fakegpu cluster)"
+MARKER_HELP = (f"{FAKEGPU_MARKER}: a test on a fakegpu cluster (the cluster comes up for it; "
+               "the plugin claims no other test)")
 TOPOLOGY_MARKER = "topology"
-TOPOLOGY_MARKER_HELP = ("topology(file): the e2e suite (module) needs a cluster of this topology "
-                        "(path relative to the rootdir) instead of --topology's")
+TOPOLOGY_MARKER_HELP = ("topology(name or file): the e2e suite (module) needs a cluster of this "
+                        "topology (a packaged name, or a path relative to the rootdir) instead "
+                        "of --fakegpu-topology's")
 SERIAL_MARKER_HELP = ("serial: an e2e test that must run alone on its cluster (it holds whole "
                       "nodes or GPUs, taints a pool, stops nodes or replaces plugins); with "
                       "pytest-xdist the others wait while it runs (docs/testing.md)")
@@ -56,12 +61,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fakegpu-provider", dest="fakegpu_provider", choices=PROVIDERS,
                     default="embedded",
                     help="cluster provider for e2e tests (default: embedded)")
-    group.addoption("--k8s-version", dest="k8s_version", default=None, metavar="VERSION",
+    group.addoption("--fakegpu-k8s-version", dest="fakegpu_k8s_version", default=None,
+                    metavar="VERSION",
                     help="Kubernetes release, e.g. 1.34 or 1.37.2 (default: newest supported)")
-    group.addoption("--topology", dest="fakegpu_topology", default=None, metavar="FILE",
-                    help="topology YAML of the e2e cluster "
-                         f"(default: fixtures/{paths.DEFAULT_TOPOLOGY})")
-    group.addoption("--keep-cluster", dest="keep_cluster", action="store_true", default=False,
+    group.addoption("--fakegpu-topology", dest="fakegpu_topology", default=None,
+                    metavar="NAME|FILE",
+                    help="the e2e cluster's topology: a packaged name (fakegpu topology list) "
+                         f"or a YAML file (default: {packaged.DEFAULT})")
+    group.addoption("--fakegpu-keep-cluster", dest="fakegpu_keep_cluster", action="store_true",
+                    default=False,
                     help="leave the e2e cluster running after the session, and reuse a running "
                          "healthy cluster of the same name")
     group.addoption("--fakegpu-driver", dest="fakegpu_driver", choices=("fakegpu", "nvidia"),
@@ -73,31 +81,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="also name the workload image NAME:TAG on the cluster's nodes "
                          "(repeatable; e.g. ubuntu:22.04 for manifests written for real "
                          "clusters, e2e/nvidia/)")
-    group.addoption("--nvidia-plugin-bin", dest="nvidia_plugin_bin", default=None,
-                    metavar="PATH",
+    group.addoption("--fakegpu-nvidia-plugin-bin", dest="fakegpu_nvidia_plugin_bin",
+                    default=None, metavar="PATH",
                     help="NVIDIA's gpu-kubelet-plugin, built from NVIDIA/k8s-dra-driver-gpu: "
                          "e2e/test_nvidia_driver.py runs it on a cluster of its own "
                          "(skipped without it; docs/nvidia-driver.md)")
-    group.addoption("--cluster-name", dest="cluster_name", default=DEFAULT_CLUSTER_NAME,
-                    metavar="NAME",
+    group.addoption("--fakegpu-cluster-name", dest="fakegpu_cluster_name",
+                    default=DEFAULT_CLUSTER_NAME, metavar="NAME",
                     help=f"name of the e2e cluster (default: {DEFAULT_CLUSTER_NAME})")
     # The conformance suite (fakegpu.conformance): here, because pytest reads options only
     # from plugins and the rootdir's conftest, and the suite runs from an installed package.
     conf = parser.getgroup("fakegpu-conformance", "fakegpu DRA driver conformance")
-    conf.addoption("--conformance-kubeconfig", dest="conformance_kubeconfig", default=None,
-                   metavar="FILE", help="run fakegpu.conformance against this cluster (default: "
-                   "the fakegpu e2e session's cluster and fakegpu's plugin)")
-    conf.addoption("--conformance-driver", dest="conformance_driver", default=None,
-                   metavar="NAME", help="the DRA driver under test (with --conformance-kubeconfig)")
-    conf.addoption("--conformance-device-class", dest="conformance_device_class", default=None,
-                   metavar="CLASS", help="a DeviceClass of the driver's devices")
-    conf.addoption("--conformance-capabilities", dest="conformance_capabilities", default=None,
-                   metavar="FILE", help="what the driver declares it supports (YAML)")
-    conf.addoption("--conformance-image", dest="conformance_image", default=None,
-                   metavar="IMAGE", help="workload image with sh, env and sleep (default: "
-                   "busybox, or the fakegpu cluster's own)")
-    conf.addoption("--conformance-report", dest="conformance_report", default=None,
-                   metavar="DIR", help="write the markdown report (conformance.md) here")
+    for name, metavar, text in CONFORMANCE_OPTIONS:
+        conf.addoption(f"--fakegpu-conformance-{name}",
+                       dest="fakegpu_conformance_" + name.replace("-", "_"), default=None,
+                       metavar=metavar, help=text)
+
+
+CONFORMANCE_OPTIONS = (
+    ("kubeconfig", "FILE", "run fakegpu.conformance against this cluster (default: the fakegpu "
+                           "e2e session's cluster and fakegpu's plugin)"),
+    ("driver", "NAME", "the DRA driver under test (with --fakegpu-conformance-kubeconfig)"),
+    ("device-class", "CLASS", "a DeviceClass of the driver's devices"),
+    ("capabilities", "FILE", "what the driver declares it supports (YAML)"),
+    ("image", "IMAGE", "workload image with sh, env and sleep (default: busybox, or the fakegpu "
+                       "cluster's own)"),
+    ("report", "DIR", "write the markdown report (conformance.md) here"),
+)
 
 
 PROVIDER_MARKER_HELP = ("provider(name): an e2e test of what only that cluster provider installs; "
@@ -140,7 +150,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
-        marker = item.get_closest_marker("provider")
+        marker = item.get_closest_marker("provider") if claimed(item) else None
         (drop if marker is not None and provider not in marker.args else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -151,15 +161,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # tests of the next topology instead of waiting for their turn.
     session = _session(config)
     default = session.options.topology
-    first_seen: dict[Path, int] = {}
-    for item in items:
-        topology = item_topology(config, item)
-        first_seen.setdefault(topology, 0 if topology == default else len(first_seen) + 1)
-    session.ranks = first_seen
+    # Another project's tests keep their place among the default topology's: their markers
+    # (``topology``, ``serial``) may mean something else there.
+    first_seen: dict[Path, int] = {default: 0}
+    ranked: dict[str, tuple[int, bool]] = {}
     workers = session.coordination is not None
+    for item in items:
+        ours = claimed(item)
+        topology = item_topology(config, item) if ours else default
+        rank = first_seen.setdefault(topology, len(first_seen))
+        ranked[item.nodeid] = (rank, workers and ours and is_serial(item))
+    session.ranks = first_seen
     if len(first_seen) > 1 or workers:
-        items.sort(key=lambda item: (first_seen[item_topology(config, item)],
-                                     workers and is_serial(item)))
+        items.sort(key=lambda item: ranked[item.nodeid])
 
 
 # --- the hooks of the session --------------------------------------------------------------------
@@ -229,8 +243,8 @@ class _Controller:
 
 def item_topology(config: pytest.Config, item: pytest.Item) -> Path:
     """The topology whose cluster ``item`` runs on: its module's ``topology`` marker, else
-    --topology's. The marker belongs on the module (``pytestmark``): the cluster fixtures are
-    module-scoped, so a test cannot have another topology than its module."""
+    --fakegpu-topology's. The marker belongs on the module (``pytestmark``): the cluster fixtures
+    are module-scoped, so a test cannot have another topology than its module."""
     module = item.getparent(pytest.Module)
     marker = (module or item).get_closest_marker(TOPOLOGY_MARKER)
     own = item.get_closest_marker(TOPOLOGY_MARKER)
@@ -240,9 +254,17 @@ def item_topology(config: pytest.Config, item: pytest.Item) -> Path:
     if marker is None:
         return _session(config).options.topology
     if len(marker.args) != 1 or not isinstance(marker.args[0], str | Path):
-        raise pytest.UsageError(f"{item.nodeid}: topology marker: expected one file path, "
-                                f"got {marker.args!r}")
-    return (config.rootpath / marker.args[0]).resolve()
+        raise pytest.UsageError(f"{item.nodeid}: topology marker: expected one packaged name "
+                                f"or file path, got {marker.args!r}")
+    return _marker_topology(config, marker.args[0])
+
+
+def _marker_topology(config: pytest.Config, given: str | Path) -> Path:
+    """A topology marker's argument: a packaged name, or a path relative to the rootdir."""
+    try:
+        return packaged.resolve_topology(given, base=config.rootpath).resolve()
+    except InvalidInput as err:
+        raise pytest.UsageError(f"topology marker: {err}") from None
 
 
 _SESSION = pytest.StashKey[E2ESession]()
@@ -262,13 +284,13 @@ def _node_topology(request: pytest.FixtureRequest) -> Path:
     marker = node.get_closest_marker(TOPOLOGY_MARKER)
     if marker is None or not marker.args:
         return _session(request.config).options.topology
-    return (request.config.rootpath / str(marker.args[0])).resolve()
+    return _marker_topology(request.config, str(marker.args[0]))
 
 
 @pytest.fixture(scope="module")
 def fakegpu_cluster(request: pytest.FixtureRequest) -> ClusterInfo:
     """The cluster of the module's topology (brought up on first use, down when another
-    topology's tests start or at the end, unless --keep-cluster)."""
+    topology's tests start or at the end, unless --fakegpu-keep-cluster)."""
     outcome = _session(request.config).ensure(_node_topology(request))
     if outcome.skip is not None:
         pytest.skip(outcome.skip)
@@ -280,9 +302,9 @@ def fakegpu_cluster(request: pytest.FixtureRequest) -> ClusterInfo:
 
 @pytest.fixture(autouse=True)
 def _fakegpu_e2e_requires_cluster(request: pytest.FixtureRequest) -> None:
-    # Every e2e test gets the cluster (and so its skip or error), even one that asks only
-    # for, say, `core_v1`: no e2e test runs against nothing.
-    if request.node.get_closest_marker(E2E_MARKER) is not None:
+    # Every fakegpu test gets the cluster (and so its skip or error), even one that asks only
+    # for, say, `fakegpu_core_v1`: no such test runs against nothing.
+    if request.node.get_closest_marker(FAKEGPU_MARKER) is not None:
         request.getfixturevalue("fakegpu_cluster")
 
 
@@ -295,7 +317,7 @@ def fakegpu_topology(fakegpu_cluster: ClusterInfo) -> Topology:
 
 
 @pytest.fixture(scope="module")
-def k8s_client(fakegpu_cluster: ClusterInfo) -> Iterator[Any]:
+def fakegpu_k8s_client(fakegpu_cluster: ClusterInfo) -> Iterator[Any]:
     """A kubernetes ApiClient for the cluster (from its kubeconfig)."""
     from fakegpu.testkit import k8s
 
@@ -305,30 +327,66 @@ def k8s_client(fakegpu_cluster: ClusterInfo) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def core_v1(k8s_client: Any) -> kclient.CoreV1Api:
+def fakegpu_core_v1(fakegpu_k8s_client: Any) -> kclient.CoreV1Api:
     from kubernetes import client as kclient
 
-    return kclient.CoreV1Api(k8s_client)
+    return kclient.CoreV1Api(fakegpu_k8s_client)
 
 
 @pytest.fixture(scope="module")
-def resource_api(k8s_client: Any) -> ResourceApi:
+def fakegpu_resource_api(fakegpu_k8s_client: Any) -> ResourceApi:
     """resource.k8s.io at the version the apiserver serves (v1 on 1.34+)."""
     from fakegpu.testkit.dra import ResourceApi
 
-    return ResourceApi(k8s_client)
+    return ResourceApi(fakegpu_k8s_client)
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest, core_v1: kclient.CoreV1Api) -> Iterator[str]:
+def fakegpu_namespace(request: pytest.FixtureRequest, fakegpu_core_v1: kclient.CoreV1Api
+                      ) -> Iterator[str]:
     """A fresh namespace for one test, deleted afterwards; the next test starts once its pods
     and claims are gone (``k8s.delete_namespace``)."""
     from fakegpu.testkit import k8s
 
     # The test's name in the namespace's makes events and leftovers easy to trace back.
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = k8s.create_namespace(core_v1, prefix=f"e2e-{base}" if base else "e2e",
+    name = k8s.create_namespace(fakegpu_core_v1, prefix=f"e2e-{base}" if base else "e2e",
                                 labels={"fakegpu.dev/test": "e2e"})
     request.node.stash[NAMESPACE] = name
     yield name
-    k8s.delete_namespace(core_v1, name)
+    k8s.delete_namespace(fakegpu_core_v1, name)
+
+
+# --- without a cluster ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fakegpu_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                 ) -> Iterator[Callable[..., FakeNvml]]:
+    """Fake GPUs for code that calls NVML in this process: ``fakegpu_nvml("dgx-h100")`` (a
+    fixture's name or a topology file; ``node=`` for a topology of several nodes) renders the
+    node's state into tmp_path, loads the fake library (pynvml then finds it), sets the
+    environment the library reads, and returns a ``FakeNvml`` (``.state_dir``, ``.env`` for
+    subprocesses, ``.inject(fault, gpu=...)``, ``.clear()``). A second call switches the
+    process to that node (call ``nvmlInit`` after it). Afterwards every ``nvmlInit`` the test
+    left open is shut down, and the environment restored."""
+    from fakegpu.errors import FakegpuError
+    from fakegpu.testkit import nvml
+
+    opened: list[FakeNvml] = []
+
+    def make(topology: str | Path, node: str | None = None) -> FakeNvml:
+        problem: str | None = None
+        try:
+            fake = nvml.open_node(topology, node, tmp_path / "fakegpu-nvml" / str(len(opened)))
+        except FakegpuError as err:
+            problem = str(err)
+        if problem is not None:  # outside the except: one line, no chained exception
+            pytest.fail(f"fakegpu_nvml: {problem}", pytrace=False)
+        opened.append(fake)
+        for key, value in fake.env.items():
+            monkeypatch.setenv(key, value)
+        return fake
+
+    yield make
+    nvml.shutdown_all()

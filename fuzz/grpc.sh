@@ -17,12 +17,13 @@ mkdir -p "$out/corpus"
 work=$(mktemp -d /dev/shm/fgz-XXXXXX 2>/dev/null || mktemp -d /tmp/fgz-XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
 mkdir "$work/plugin"
-# The node: fixtures/mixed.yaml a100-0 (whole GPUs and MIG devices), its own state file.
+# The node: a100-0 of the packaged topology mixed (whole GPUs and MIG devices), its own state file.
 env_lines=$("$py" - "$work/node.state" <<'PY'
 import shlex, sys
 from fakegpu.nvml import env, state
+from fakegpu.topology import packaged
 from fakegpu.topology.load import load_topology
-topology = load_topology("fixtures/mixed.yaml")
+topology = load_topology(packaged.path("mixed"))
 node = topology.nodes[0].name
 state.render(topology, node, sys.argv[1])
 for key, value in {**env.env(sys.argv[1]), "FAKEGPU_FUZZ_NODE": node}.items():

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from fakegpu.nvml import env, state  # noqa: E402
 from fakegpu.topology.load import load_topology  # noqa: E402
+from fakegpu.topology.packaged import FIXTURES  # noqa: E402
 
 OUT = ROOT / "fuzz" / "out" / "state"
 TIMEOUT_S = 20.0  # a hang: no client run takes more than a fraction of a second
@@ -34,7 +35,7 @@ TIMEOUT_S = 20.0  # a hang: no client run takes more than a fraction of a second
 
 def seeds() -> list[bytes]:
     out = []
-    for fixture in sorted((ROOT / "fixtures").glob("*.yaml")):
+    for fixture in sorted(FIXTURES.glob("*.yaml")):
         topo = load_topology(fixture)
         out.append(state.render_bytes(topo, topo.nodes[0]))
     return out

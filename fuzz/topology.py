@@ -39,10 +39,11 @@ sys.path.insert(0, str(ROOT))  # run as a script from any directory
 from fakegpu.nvml.state import Header, render_bytes  # noqa: E402
 from fakegpu.topology.errors import MAX_LINES, MAX_MESSAGE, TopologyError  # noqa: E402
 from fakegpu.topology.load import parse_bytes  # noqa: E402
+from fakegpu.topology.packaged import FIXTURES  # noqa: E402
 from fakegpu.topology.render import to_json, to_table  # noqa: E402
 
-SEEDS = [*sorted((ROOT / "fixtures").glob("*.yaml")),
-         *sorted((ROOT / "fixtures" / "invalid").glob("*.yaml"))]
+SEEDS = [*sorted(FIXTURES.glob("*.yaml")),
+         *sorted((ROOT / "tests" / "topology" / "invalid").glob("*.yaml"))]
 MAX_LEN = 65536  # structure, not size: the size limits have their own tests
 MAX_CRASHES = 10  # stop restarting after this many
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # Kubernetes' rule, at most 63

@@ -225,17 +225,17 @@ def pytest_unconfigure(config):
 E2E_TESTS = '''
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.fakegpu
 
 
-def test_fails(namespace, fakegpu_cluster):
-    assert namespace.startswith("e2e-test-fails-")
+def test_fails(fakegpu_namespace, fakegpu_cluster):
+    assert fakegpu_namespace.startswith("e2e-test-fails-")
     assert fakegpu_cluster.driver_name == "gpu.fakegpu.dev"
     assert False, "deliberate failure"
 
 
-def test_passes(namespace, core_v1):
-    assert core_v1.read_namespace(namespace).metadata.name == namespace
+def test_passes(fakegpu_namespace, fakegpu_core_v1):
+    assert fakegpu_core_v1.read_namespace(fakegpu_namespace).metadata.name == fakegpu_namespace
 '''
 
 UNIT_TEST = '''
@@ -272,27 +272,29 @@ def _calls(pytester: pytest.Pytester) -> list[list[Any]]:
 def test_options_are_in_one_group(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(["fakegpu end-to-end cluster:", "*--fakegpu-provider=*",
-                                 "*--k8s-version=VERSION*", "*--topology=FILE*",
-                                 "*--keep-cluster*", "*--cluster-name=NAME*"])
+                                 "*--fakegpu-k8s-version=VERSION*",
+                                 "*--fakegpu-topology=NAME|FILE*",
+                                 "*--fakegpu-keep-cluster*", "*--fakegpu-cluster-name=NAME*"])
 
 
 def test_unsupported_k8s_version_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--k8s-version", "1.20")
+    result = pytester.runpytest("--fakegpu-k8s-version", "1.20")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--k8s-version:*'1.20' is not supported; supported: 1.34*"])
+    result.stderr.fnmatch_lines(
+        ["*--fakegpu-k8s-version:*'1.20' is not supported; supported: 1.34*"])
 
 
 def test_supported_k8s_version_forms_are_accepted(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(UNIT_TEST)
     for version in ("1.34", "v1.37.2"):
-        result = pytester.runpytest("--k8s-version", version)
+        result = pytester.runpytest("--fakegpu-k8s-version", version)
         result.assert_outcomes(passed=1)
 
 
 def test_missing_topology_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--topology", "nope.yaml")
+    result = pytester.runpytest("--fakegpu-topology", "nope.yaml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--topology: nope.yaml: no such file*"])
+    result.stderr.fnmatch_lines(["*--fakegpu-topology: topology nope.yaml: no such file*"])
 
 
 def test_unknown_provider_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -302,28 +304,96 @@ def test_unknown_provider_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 def test_bad_cluster_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--cluster-name", "Bad_Name")
+    result = pytester.runpytest("--fakegpu-cluster-name", "Bad_Name")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--cluster-name: 'Bad_Name' must be*"])
+    result.stderr.fnmatch_lines(["*--fakegpu-cluster-name: 'Bad_Name' must be*"])
+
+
+# --- a good neighbour: other plugins' options, another project's e2e tests and fixtures ---------
+
+# What pytest-kind and pytest-kubernetes register (their option names, the plugin's old ones).
+OTHER_PLUGIN_CONFTEST = '''
+def pytest_addoption(parser):
+    parser.addoption("--keep-cluster", action="store_true", default=False)
+    parser.addoption("--k8s-version", default=None)
+    parser.addoption("--cluster-name", default="kind")
+    parser.addoption("--topology", default=None)
+'''
+
+
+def test_options_of_pytest_kind_and_pytest_kubernetes_coexist(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(OTHER_PLUGIN_CONFTEST)
+    pytester.makepyfile('''
+def test_theirs(pytestconfig):
+    assert pytestconfig.getoption("keep_cluster") is True
+    assert pytestconfig.getoption("k8s_version") == "1.20"
+    assert pytestconfig.getoption("fakegpu_keep_cluster") is False
+''')
+    result = pytester.runpytest("--keep-cluster", "--k8s-version", "1.20", "--cluster-name", "x")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.assert_outcomes(passed=1)
+
+
+def test_another_projects_e2e_tests_get_no_cluster(pytester: pytest.Pytester,
+                                                   apiserver: FakeApiserver) -> None:
+    topology = _fake_setup(pytester, apiserver)
+    pytester.makeini("[pytest]\nmarkers =\n    e2e: this project's own end-to-end tests\n")
+    pytester.makepyfile('''
+import pytest
+
+@pytest.mark.e2e
+def test_their_e2e():
+    pass
+''')
+    result = _run(pytester, "--strict-markers", "--fakegpu-topology", str(topology))
+    result.assert_outcomes(passed=1)
+    assert _calls(pytester) == []
+    assert "fakegpu e2e" not in result.stdout.str()
+
+
+def test_the_projects_own_fixture_names_are_theirs(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest('''
+import pytest
+
+@pytest.fixture
+def namespace():
+    return "theirs"
+
+@pytest.fixture
+def core_v1():
+    return "their client"
+''')
+    pytester.makepyfile(test_theirs='''
+def test_theirs(namespace, core_v1):
+    assert (namespace, core_v1) == ("theirs", "their client")
+''')
+    pytester.makepyfile(test_unknown='''
+def test_resource_api(resource_api):
+    pass
+''')
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, errors=1)
+    # The plugin defines no short names: without the project's own, they do not exist.
+    result.stdout.fnmatch_lines(["*fixture 'resource_api' not found*"])
 
 
 # --- marker -------------------------------------------------------------------------------------
 
 
-def test_e2e_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
+def test_fakegpu_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mixed=UNIT_TEST + '''
 import pytest
 
-@pytest.mark.e2e
+@pytest.mark.fakegpu
 def test_cluster_thing():
     pass
 ''')
-    result = pytester.runpytest("--strict-markers", "-m", "not e2e")
+    result = pytester.runpytest("--strict-markers", "-m", "not fakegpu")
     result.assert_outcomes(passed=1, deselected=1)
     # Deselected e2e tests are not "skipped": no banner, no cluster.
     assert "E2E" not in result.stdout.str()
     markers = pytester.runpytest("--markers")
-    markers.stdout.fnmatch_lines(["@pytest.mark.e2e: end-to-end tests against a real*"])
+    markers.stdout.fnmatch_lines(["@pytest.mark.fakegpu: a test on a fakegpu cluster*"])
 
 
 def test_other_providers_tests_are_deselected_not_skipped(pytester: pytest.Pytester,
@@ -332,12 +402,12 @@ def test_other_providers_tests_are_deselected_not_skipped(pytester: pytest.Pytes
     pytester.makepyfile(test_kind_only=UNIT_TEST + '''
 import pytest
 
-@pytest.mark.e2e
+@pytest.mark.fakegpu
 @pytest.mark.provider("kind")
 def test_chart_thing():
     pass
 ''')
-    result = _run(pytester, "--topology", str(topology))
+    result = _run(pytester, "--fakegpu-topology", str(topology))
     result.assert_outcomes(passed=1, deselected=1)
     assert _calls(pytester) == []  # nothing e2e left: no cluster either
 
@@ -359,7 +429,7 @@ def test_deselected_e2e_tests_bring_up_nothing(pytester: pytest.Pytester,
                                                apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_e2e=E2E_TESTS, test_unit=UNIT_TEST)
-    result = _run(pytester, "--topology", str(topology), "-m", "not e2e")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "-m", "not fakegpu")
     result.assert_outcomes(passed=1, deselected=2)
     assert _calls(pytester) == []
 
@@ -371,8 +441,9 @@ def test_one_cluster_per_session_and_down_at_the_end(pytester: pytest.Pytester,
     # `-n 0` (pytest-xdist installed, no workers) is the same run as without xdist.
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, *xdist, "--topology", str(topology), "--k8s-version", "1.35",
-                  "--cluster-name", "ci-1")
+    result = _run(pytester, *xdist, "--fakegpu-topology", str(topology), "--fakegpu-k8s-version",
+                  "1.35",
+                  "--fakegpu-cluster-name", "ci-1")
     result.assert_outcomes(failed=1, passed=1)
     assert _calls(pytester) == [["up", "ci-1", str(topology), "1.35"], ["logs", "ci-1"],
                                 ["down", "ci-1"]]
@@ -385,11 +456,12 @@ def test_one_cluster_per_session_and_down_at_the_end(pytester: pytest.Pytester,
 def test_keep_cluster_leaves_it_up(pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--keep-cluster", "-k", "passes")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--fakegpu-keep-cluster", "-k",
+                  "passes")
     result.assert_outcomes(passed=1, deselected=1)
     assert _calls(pytester) == [["status", "fakegpu-e2e"],
                                 ["up", "fakegpu-e2e", str(topology), None]]
-    result.stdout.fnmatch_lines(["*left running (--keep-cluster)*fakegpu cluster down "
+    result.stdout.fnmatch_lines(["*left running (--fakegpu-keep-cluster)*fakegpu cluster down "
                                  "--name fakegpu-e2e*"])
 
 
@@ -398,7 +470,8 @@ def test_keep_cluster_reuses_a_healthy_running_cluster(pytester: pytest.Pytester
     topology = pytester.path / "topo.yaml"
     _fake_setup(pytester, apiserver, running=str(topology))
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--keep-cluster", "-k", "passes")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--fakegpu-keep-cluster", "-k",
+                  "passes")
     result.assert_outcomes(passed=1, deselected=1)
     assert _calls(pytester) == [["status", "fakegpu-e2e"]]
     result.stdout.fnmatch_lines(["*cluster fakegpu-e2e reused*"])
@@ -408,7 +481,7 @@ def test_keep_cluster_refuses_a_running_cluster_that_does_not_match(
         pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver, running="/elsewhere/other.yaml")
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--keep-cluster")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--fakegpu-keep-cluster")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*cannot be reused: its topology is /elsewhere/other.yaml*"])
     assert ["up", "fakegpu-e2e", str(topology), None] not in _calls(pytester)
@@ -420,7 +493,7 @@ def test_keep_cluster_refuses_a_running_cluster_of_another_driver(
     topology = pytester.path / "topo.yaml"
     _fake_setup(pytester, apiserver, running=str(topology))
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--keep-cluster",
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--fakegpu-keep-cluster",
                   "--fakegpu-driver", "nvidia")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*cannot be reused: its driver is gpu.fakegpu.dev, "
@@ -433,7 +506,7 @@ def test_keep_cluster_refuses_a_cluster_with_nodes_not_ready(
     _fake_setup(pytester, apiserver, running=str(topology))
     apiserver.nodes = ["node-0"]  # node-1 never registered
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--keep-cluster")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--fakegpu-keep-cluster")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*node(s) node-1 are not Ready*"])
 
@@ -442,7 +515,7 @@ def test_a_cluster_that_fails_to_come_up_errors_every_e2e_test(
         pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver, fail_up=True)
     pytester.makepyfile(test_e2e=E2E_TESTS, test_unit=UNIT_TEST)
-    result = _run(pytester, "--topology", str(topology))
+    result = _run(pytester, "--fakegpu-topology", str(topology))
     # An error, not a skip: the unit test still passes, the e2e tests do not pass quietly.
     result.assert_outcomes(passed=1, errors=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -462,11 +535,11 @@ def test_bring_up_does_not_count_against_the_test_timeout(pytester: pytest.Pytes
     pytester.makepyfile(test_quick='''
 import pytest
 
-@pytest.mark.e2e
+@pytest.mark.fakegpu
 def test_quick(fakegpu_cluster):
     assert fakegpu_cluster.name == "fakegpu-e2e"
 ''')
-    result = _run(pytester, "--topology", str(topology), "--timeout", "4")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--timeout", "4")
     result.assert_outcomes(passed=1)
 
 
@@ -498,7 +571,7 @@ def test_failing_e2e_test_gets_logs_events_and_pods(pytester: pytest.Pytester,
                                                      apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_e2e=E2E_TESTS)
-    result = _run(pytester, "--topology", str(topology), "--junitxml", "junit.xml")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--junitxml", "junit.xml")
     result.assert_outcomes(failed=1, passed=1)
     out = pytester.path / "reports" / "fakegpu-e2e" / "test_e2e.py_test_fails" / "call"
     logs = out / "logs"
@@ -531,11 +604,11 @@ def test_failing_e2e_test_gets_logs_events_and_pods(pytester: pytest.Pytester,
 def test_cluster_name_the_providers_refuse_is_a_usage_error(pytester: pytest.Pytester) -> None:
     # 21 characters: once accepted here (up to 40) and then refused by every provider at
     # bring-up, failing each e2e test; one rule (fakegpu.cluster.names) now decides both.
-    result = pytester.runpytest("--cluster-name", "a" * 21)
+    result = pytester.runpytest("--fakegpu-cluster-name", "a" * 21)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--cluster-name: '{'a' * 21}' must be 1-20 lowercase*"])
+    result.stderr.fnmatch_lines([f"*--fakegpu-cluster-name: '{'a' * 21}' must be 1-20 lowercase*"])
     pytester.makepyfile(UNIT_TEST)
-    ok = pytester.runpytest("--cluster-name", "a" * 20)
+    ok = pytester.runpytest("--fakegpu-cluster-name", "a" * 20)
     ok.assert_outcomes(passed=1)
 
 
@@ -544,7 +617,7 @@ def test_cluster_name_the_providers_refuse_is_a_usage_error(pytester: pytest.Pyt
 OWN_TOPOLOGY_TESTS = '''
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("mig.yaml")]
+pytestmark = [pytest.mark.fakegpu, pytest.mark.topology("mig.yaml")]
 
 
 def test_mig_first(fakegpu_cluster, fakegpu_topology_path):
@@ -552,14 +625,14 @@ def test_mig_first(fakegpu_cluster, fakegpu_topology_path):
     assert fakegpu_cluster.name == "ci-mig"
 
 
-def test_mig_second(fakegpu_cluster, core_v1, namespace):
+def test_mig_second(fakegpu_cluster, fakegpu_core_v1, fakegpu_namespace):
     assert fakegpu_cluster.name == "ci-mig"
 '''
 
 DEFAULT_TOPOLOGY_TESTS = '''
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.fakegpu
 
 
 def test_default(fakegpu_cluster):
@@ -583,7 +656,8 @@ def test_a_suites_own_topology_gets_its_own_cluster_after_the_others(
     # Collected first (a_), but run after the session's own topology's suites.
     pytester.makepyfile(test_a_mig=OWN_TOPOLOGY_TESTS, test_b_default=DEFAULT_TOPOLOGY_TESTS,
                         test_c_unit=UNIT_TEST)
-    result = _run(pytester, "--topology", str(topology), "--cluster-name", "ci", "-v")
+    result = _run(pytester, "--fakegpu-topology", str(topology), "--fakegpu-cluster-name", "ci",
+                  "-v")
     result.assert_outcomes(passed=4)
     mig = str((pytester.path / "mig.yaml").resolve())
     # One cluster at a time: the default one goes down before the suite's own comes up.
@@ -601,12 +675,12 @@ def test_a_topology_marker_on_a_single_test_is_a_usage_error(
     pytester.makepyfile(test_e2e='''
 import pytest
 
-@pytest.mark.e2e
+@pytest.mark.fakegpu
 @pytest.mark.topology("other.yaml")
 def test_one(fakegpu_cluster):
     pass
 ''')
-    result = _run(pytester, "--topology", str(topology))
+    result = _run(pytester, "--fakegpu-topology", str(topology))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_one: put the topology marker on the module*"])
     assert _calls(pytester) == []
@@ -617,11 +691,11 @@ def test_one(fakegpu_cluster):
 XDIST_E2E_TESTS = '''
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.fakegpu
 
 
 @pytest.mark.parametrize("n", range(4))
-def test_parallel(fakegpu_cluster, namespace, n):
+def test_parallel(fakegpu_cluster, fakegpu_namespace, n):
     assert fakegpu_cluster.name == "ci"
 '''
 
@@ -630,7 +704,8 @@ def test_xdist_workers_share_one_bring_up_and_the_controller_summarises(
         pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver, up_seconds=2)
     pytester.makepyfile(test_a=XDIST_E2E_TESTS, test_b=XDIST_E2E_TESTS)
-    result = _run(pytester, "-n", "2", "--topology", str(topology), "--cluster-name", "ci")
+    result = _run(pytester, "-n", "2", "--fakegpu-topology", str(topology),
+                  "--fakegpu-cluster-name", "ci")
     result.assert_outcomes(passed=8)
     kinds = [c[0] for c in _calls(pytester)]
     # The first worker brought it up, the other found it running; the last one took it down.
@@ -647,7 +722,8 @@ def test_a_cluster_that_fails_to_come_up_did_not_run_with_and_without_xdist(
         pytester: pytest.Pytester, apiserver: FakeApiserver, workers: str) -> None:
     topology = _fake_setup(pytester, apiserver, fail_up=True)
     pytester.makepyfile(test_a=XDIST_E2E_TESTS, test_unit=UNIT_TEST)
-    result = _run(pytester, "-n", workers, "--topology", str(topology), "--cluster-name", "ci")
+    result = _run(pytester, "-n", workers, "--fakegpu-topology", str(topology),
+                  "--fakegpu-cluster-name", "ci")
     result.assert_outcomes(passed=1, errors=4)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert [c[0] for c in _calls(pytester)] == ["up"]  # tried once, whatever the workers
@@ -665,7 +741,7 @@ def pytest_sessionstart(session):
     _patches.setattr(prereq, "missing_prerequisites", lambda provider, facts: ["no docker"])
 """)
     pytester.makepyfile(test_a=XDIST_E2E_TESTS)
-    result = _run(pytester, "-n", "2", "--topology", str(topology))
+    result = _run(pytester, "-n", "2", "--fakegpu-topology", str(topology))
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines(["*THE FAKEGPU E2E SUITE DID NOT RUN*",
                                  "*4 E2E TEST(S) SKIPPED. MISSING PREREQUISITE*no docker*"])
@@ -676,12 +752,13 @@ def test_xdist_keep_cluster_leaves_it_up(pytester: pytest.Pytester,
                                          apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_a=XDIST_E2E_TESTS)
-    result = _run(pytester, "-n", "2", "--topology", str(topology), "--cluster-name", "ci",
-                  "--keep-cluster")
+    result = _run(pytester, "-n", "2", "--fakegpu-topology", str(topology),
+                  "--fakegpu-cluster-name", "ci",
+                  "--fakegpu-keep-cluster")
     result.assert_outcomes(passed=4)
     kinds = [c[0] for c in _calls(pytester)]
     assert kinds.count("up") == 1 and "down" not in kinds
-    result.stdout.fnmatch_lines(["*cluster ci left running (--keep-cluster)*"])
+    result.stdout.fnmatch_lines(["*cluster ci left running (--fakegpu-keep-cluster)*"])
 
 
 SERIAL_TESTS = '''
@@ -690,7 +767,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.fakegpu
 EVENTS = os.path.join(os.path.dirname(__file__), "events.log")
 
 
@@ -741,7 +818,7 @@ def test_serial_tests_run_alone_across_xdist_workers(pytester: pytest.Pytester,
                                                      apiserver: FakeApiserver) -> None:
     topology = _fake_setup(pytester, apiserver)
     pytester.makepyfile(test_serial=SERIAL_TESTS)
-    result = _run(pytester, "-n", "3", "--strict-markers", "--topology", str(topology))
+    result = _run(pytester, "-n", "3", "--strict-markers", "--fakegpu-topology", str(topology))
     result.assert_outcomes(passed=8)
     events = (pytester.path / "events.log").read_text().splitlines()
     assert len(events) == 16
@@ -771,7 +848,8 @@ def test_xdist_topologies_each_come_up_once_and_go_down(
     (pytester.path / "mig.yaml").write_text("name: mig\n")
     pytester.makepyfile(test_a_mig=OWN_TOPOLOGY_TESTS, test_b_default=DEFAULT_TOPOLOGY_TESTS,
                         test_c_unit=UNIT_TEST)
-    result = _run(pytester, "-n", "2", "--topology", str(topology), "--cluster-name", "ci")
+    result = _run(pytester, "-n", "2", "--fakegpu-topology", str(topology),
+                  "--fakegpu-cluster-name", "ci")
     result.assert_outcomes(passed=4)
     ups = sorted(c[1] for c in _calls(pytester) if c[0] == "up")
     downs = sorted(c[1] for c in _calls(pytester) if c[0] == "down")

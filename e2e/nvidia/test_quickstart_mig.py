@@ -12,7 +12,7 @@ import pytest
 
 from fakegpu.testkit.dra import attribute_value
 
-pytestmark = [pytest.mark.e2e, pytest.mark.topology("fixtures/partitioning.yaml")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("partitioning")]
 
 REQUESTS = {"ctr0": "mig-1g-5gb-0", "ctr1": "mig-1g-5gb-1", "ctr2": "mig-2g-10gb",
             "ctr3": "mig-3g-20gb"}

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+
+from fakegpu.errors import InvalidInput
+from fakegpu.topology.packaged import DEFAULT, resolve_topology
 
 
 def _finite(text: str, what: str) -> float:
@@ -43,3 +47,15 @@ def positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number more than 0")
     return value
+
+
+TOPOLOGY_HELP = (f"a packaged topology's name (fakegpu topology list) or a topology YAML "
+                 f"(default: {DEFAULT})")
+
+
+def topology(text: str) -> Path:
+    """A topology file or the name of a packaged one (``fakegpu topology list``)."""
+    try:
+        return resolve_topology(text)
+    except InvalidInput as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

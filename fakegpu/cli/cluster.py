@@ -15,7 +15,7 @@ from rich.console import Console
 from fakegpu import drivers
 from fakegpu.cluster.names import validate_name
 from fakegpu.errors import EXIT_INVALID, FakegpuError
-from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
+from fakegpu.topology.packaged import default_topology
 
 from . import add_verbose, argtypes, show_help
 
@@ -46,8 +46,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          description="Start a control plane and one worker per topology node; "
                                      "return once every node is Ready and has its "
                                      "ResourceSlices.")
-    up.add_argument("--topology", type=Path, default=None,
-                    help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
+    up.add_argument("--topology", type=argtypes.topology, default=None, metavar="NAME|FILE",
+                    help=argtypes.TOPOLOGY_HELP)
     up.add_argument("--k8s-version", default=None, metavar="1.N",
                     help="Kubernetes minor (default: the newest supported)")
     up.add_argument("--retain", "--keep-on-failure", dest="retain", action="store_true",
@@ -127,8 +127,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           description="Bring up the embedded cluster on the default topology "
                                       "(or reuse a healthy one), run a pod that claims one GPU, "
                                       "and show how to use the cluster.")
-    demo.add_argument("--topology", type=Path, default=None,
-                      help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
+    demo.add_argument("--topology", type=argtypes.topology, default=None,
+                      metavar="NAME|FILE", help=argtypes.TOPOLOGY_HELP)
     demo.add_argument("--k8s-version", default=None, metavar="1.N")
     name_arg(demo)
     demo.set_defaults(func=_demo)

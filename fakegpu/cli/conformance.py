@@ -1,23 +1,41 @@
 """``fakegpu conformance``: the DRA driver conformance suite against any cluster.
 
-pytest runs the suite (``pytest --pyargs fakegpu.conformance`` with the ``--conformance-*``
-options); this command checks its inputs first, so a wrong path or a bad capabilities file is
-one line and exit code 2, and turns "no check ran" into a failure.
+pytest runs the suite, as a tool of its own: with the package's ini, rootdir and confcutdir,
+no plugin but fakegpu's (and pytest-timeout), and none of the caller's PYTEST_* settings, so
+the repository it is run from (its ini's addopts, its conftest files) cannot change the run.
+This command checks its inputs first (one line, exit 2), asks the server for its version (not
+reached or not Kubernetes: one line, exit 3), and maps pytest's exit codes to fakegpu's
+(docs/conformance.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from fakegpu.errors import EXIT_FAILED, InvalidInput, MissingPrerequisite, printable
+from fakegpu.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_OK,
+    InvalidInput,
+    MissingPrerequisite,
+    printable,
+)
 
 from . import add_verbose
 
-# pytest's exit code when nothing was collected or everything was deselected.
-_NO_TESTS = 5
+# pytest's exit codes (pytest.ExitCode, not imported: pytest is an optional dependency).
+_PYTEST_OK, _PYTEST_FAILED, _PYTEST_INTERRUPTED = 0, 1, 2
+_PYTEST_INTERNAL, _PYTEST_USAGE, _PYTEST_NO_TESTS = 3, 4, 5
+# The caller's pytest settings from the environment: not the suite's.
+_CALLERS_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+CHECK_TIMEOUT_S = 600
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,20 +59,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_run)
 
 
+def suite_dir() -> Path:
+    from fakegpu import conformance
+
+    return Path(conformance.__file__).resolve().parent
+
+
 def pytest_command(args: argparse.Namespace) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "fakegpu.conformance",
-           "-p", "no:cacheprovider", "-rA",
-           "--conformance-kubeconfig", str(args.kubeconfig.resolve()),
-           "--conformance-driver", args.driver]
+    here = suite_dir()
+    cmd = [sys.executable, "-m", "pytest", str(here), "-c", str(here / "conformance.ini"),
+           "--rootdir", str(here), "--confcutdir", str(here), "-p", "no:cacheprovider",
+           "-p", "fakegpu.pytest_plugin"]
+    if importlib.util.find_spec("pytest_timeout") is not None:
+        cmd += ["-p", "pytest_timeout", "--timeout", str(CHECK_TIMEOUT_S)]
+    cmd += ["--fakegpu-conformance-kubeconfig", str(args.kubeconfig.resolve()),
+           "--fakegpu-conformance-driver", args.driver]
     if args.device_class:
-        cmd += ["--conformance-device-class", args.device_class]
+        cmd += ["--fakegpu-conformance-device-class", args.device_class]
     if args.capabilities is not None:
-        cmd += ["--conformance-capabilities", str(args.capabilities.resolve())]
+        cmd += ["--fakegpu-conformance-capabilities", str(args.capabilities.resolve())]
     if args.image:
-        cmd += ["--conformance-image", args.image]
+        cmd += ["--fakegpu-conformance-image", args.image]
     if args.report is not None:
         out = args.report.resolve()
-        cmd += ["--conformance-report", str(out), f"--junitxml={out / 'junit.xml'}"]
+        cmd += ["--fakegpu-conformance-report", str(out), f"--junitxml={out / 'junit.xml'}"]
     if args.select:
         cmd += ["-k", args.select]
     return cmd
@@ -106,11 +134,38 @@ def _run(args: argparse.Namespace) -> int:
         _check_select(args.select)
     if args.report is not None:
         _report_dir(args.report)
-    code = subprocess.run(pytest_command(args), check=False).returncode
-    if code == _NO_TESTS:
-        print("fakegpu: no conformance check ran (nothing collected or all deselected)",
-              file=sys.stderr)
-        return EXIT_FAILED
-    if args.report is not None:
+    from fakegpu.conformance import preflight
+
+    version = preflight.server_version(args.kubeconfig)  # not usable: one line, exit 3
+    if args.verbose:
+        print(f"cluster: Kubernetes {version}", file=sys.stderr)
+    code = subprocess.run(pytest_command(args), env=suite_env(os.environ),
+                          check=False).returncode
+    if args.report is not None and code in (_PYTEST_OK, _PYTEST_FAILED):
         print(f"report: {args.report / 'conformance.md'}, {args.report / 'junit.xml'}")
+    return exit_code(code)
+
+
+def suite_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The suite's environment: the caller's, without its pytest settings and plugins."""
+    env = {k: v for k, v in environ.items() if k not in _CALLERS_ENV}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
+def exit_code(pytest_code: int) -> int:
+    """fakegpu's exit code for pytest's, saying in one line what a code other than pass or
+    fail meant (docs/conformance.md)."""
+    if pytest_code in (_PYTEST_OK, _PYTEST_FAILED):
+        return EXIT_OK if pytest_code == _PYTEST_OK else EXIT_FAILED
+    why, code = {
+        _PYTEST_NO_TESTS: ("no conformance check ran (nothing collected or all deselected)",
+                           EXIT_FAILED),
+        _PYTEST_INTERRUPTED: ("the conformance run was interrupted", EXIT_INTERRUPTED),
+        _PYTEST_USAGE: ("pytest refused the suite's command line (usage error, above)",
+                        EXIT_INVALID),
+        _PYTEST_INTERNAL: ("the conformance run stopped on an internal error (above)",
+                           EXIT_FAILED),
+    }.get(pytest_code, (f"pytest ended with exit code {pytest_code}", EXIT_FAILED))
+    print(f"fakegpu: {why}", file=sys.stderr)
     return code

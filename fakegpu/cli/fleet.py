@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fakegpu import drivers
+from fakegpu.cli import argtypes
 from fakegpu.errors import EXIT_OK, InvalidInput
 
 
@@ -32,8 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--kubeconfig", type=Path, required=True,
                        help="a kubeconfig that may create Nodes and ResourceSlices")
-        p.add_argument("--topology", type=Path, required=True,
-                       help="topology YAML with nodes[].simulated: true")
+        p.add_argument("--topology", type=argtypes.topology, required=True, metavar="NAME|FILE",
+                       help="a topology (packaged name or YAML) with nodes[].simulated: true")
         add_verbose(p)
 
     run = cmds.add_parser("run", help="create the simulated Nodes; run KWOK and the slice "

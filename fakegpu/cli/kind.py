@@ -1,7 +1,7 @@
 """``fakegpu kind ...``: what kind clusters need here without a registry.
 
 - ``node-image``: assemble the kind node image for a Kubernetes minor (or print kindest/node's);
-- ``image``: build the plugin image (the repository's Dockerfile);
+- ``image``: build the plugin image (the package's Dockerfile, from a checkout or a wheel);
 - ``config``: print the kind config for a minor and topology (clusters/kind/ holds the defaults);
 - ``docker``: make sure a Docker daemon runs (started with the capability wrapper when needed),
   or stop the one fakegpu started.
@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.paths import DEFAULT_TOPOLOGY, default_topology
+from fakegpu.topology.packaged import default_topology
 
-from . import add_verbose, show_help
+from . import add_verbose, argtypes, show_help
 
 # Said in the file itself: it is read by people who run `kind create cluster --config` on it.
 NO_CNI_NOTE = ("# disableDefaultCNI: fakegpu's kind provider installs a bridge CNI on every node;"
@@ -49,8 +48,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     cfg = cmds.add_parser("config", help="print the kind config for a minor and topology")
     cfg.add_argument("--k8s-version", default=None, metavar="1.N")
-    cfg.add_argument("--topology", type=Path, default=None,
-                     help=f"topology YAML (default: fixtures/{DEFAULT_TOPOLOGY})")
+    cfg.add_argument("--topology", type=argtypes.topology, default=None,
+                     metavar="NAME|FILE", help=argtypes.TOPOLOGY_HELP)
     cfg.add_argument("--image", default=None, help="node image to name in the config")
     cfg.add_argument("--default-cni", action="store_true",
                      help="keep kind's default CNI (kindnetd), for a plain `kind create "
@@ -88,6 +87,7 @@ def _image(args: argparse.Namespace) -> int:
     from fakegpu.cluster.kind import dockerhost, image
 
     console = _console()
+    image.check_inputs()  # a missing Dockerfile or package file fails before Docker starts
     print(image.build(dockerhost.ensure(console).docker, console).ref)
     return 0
 

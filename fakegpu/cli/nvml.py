@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fakegpu.cli import argtypes
 from fakegpu.errors import EXIT_OK, FakegpuError, InvalidInput, printable
 
 
@@ -75,7 +76,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _node_args(parser: argparse.ArgumentParser, required: bool = True,
                cluster: bool = False) -> None:
-    parser.add_argument("--topology", metavar="FILE", help="topology YAML")
+    parser.add_argument("--topology", type=argtypes.topology, metavar="NAME|FILE",
+                        help="a packaged topology's name or a topology YAML")
     parser.add_argument("--node", metavar="NAME", help="node name (default: the only node)")
     parser.add_argument("--state", metavar="PATH",
                         help="state file (with --topology: where to render it)")

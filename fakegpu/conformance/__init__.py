@@ -2,7 +2,7 @@
 
 It reads only the Kubernetes API and what a pod sees, never a driver's files, so it runs
 against any driver on any cluster: ``fakegpu conformance --kubeconfig K --driver NAME
---device-class CLASS`` or ``pytest --pyargs fakegpu.conformance --conformance-kubeconfig K
+--device-class CLASS`` or ``pytest --pyargs fakegpu.conformance --fakegpu-conformance-kubeconfig K
 ...``. Without a kubeconfig it runs inside fakegpu's own pytest session, against the session's
 cluster and fakegpu's plugin (``make test``).
 

@@ -1,9 +1,9 @@
 """Fixtures and hooks of the conformance suite (options: ``fakegpu.pytest_plugin``).
 
-With ``--conformance-kubeconfig`` the suite runs against that cluster and driver; without it,
-inside fakegpu's own pytest session: every check becomes an ``e2e`` test on the session's
-cluster (one cluster per provider and topology, shared with e2e/), against fakegpu's plugin
-and the capabilities it ships (``capabilities/``).
+With ``--fakegpu-conformance-kubeconfig`` the suite runs against that cluster and driver;
+without it, inside fakegpu's own pytest session: every check becomes a ``fakegpu`` (and this
+repository's ``e2e``) test on the session's cluster (one cluster per provider and topology,
+shared with e2e/), against fakegpu's plugin and the capabilities it ships (``capabilities/``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _ITEMS = pytest.StashKey[set[str]]()
 
 
 def _external(config: pytest.Config) -> bool:
-    return config.getoption("conformance_kubeconfig", None) is not None
+    return config.getoption("fakegpu_conformance_kubeconfig", None) is not None
 
 
 def _ours(item: pytest.Item) -> bool:
@@ -40,14 +40,16 @@ def _ours(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Before -m deselects: in fakegpu's own session the checks are e2e tests (the session's
-    # cluster comes up for them; `-m "not e2e"` leaves them out).
+    # Before -m deselects: in fakegpu's own session the checks are fakegpu tests (the
+    # session's cluster comes up for them) and this repository's e2e tests (`-m "not e2e"`
+    # leaves them out).
     mine = {item.nodeid for item in items if _ours(item)}
     config.stash[_ITEMS] = mine
     config.stash[_OUTCOMES] = {}
     if not _external(config):
         for item in items:
             if item.nodeid in mine:
+                item.add_marker(pytest.mark.fakegpu)
                 item.add_marker(pytest.mark.e2e)
 
 
@@ -57,27 +59,27 @@ def _target(request: pytest.FixtureRequest) -> Target:
     if found is not None:
         return found
     opt = config.getoption
-    given = opt("conformance_capabilities")
+    given = opt("fakegpu_conformance_capabilities")
     if _external(config):
-        kubeconfig = Path(str(opt("conformance_kubeconfig")))
+        kubeconfig = Path(str(opt("fakegpu_conformance_kubeconfig")))
         declared = caps.load(Path(str(given))) if given else caps.default()
-        driver = opt("conformance_driver") or declared.driver
+        driver = opt("fakegpu_conformance_driver") or declared.driver
         if not driver:
-            pytest.fail("--conformance-driver is required with --conformance-kubeconfig",
-                        pytrace=False)
+            pytest.fail("--fakegpu-conformance-driver is required with "
+                        "--fakegpu-conformance-kubeconfig", pytrace=False)
         if declared.driver and declared.driver != driver:
             pytest.fail(f"{declared.source}: driver {declared.driver} is not "
-                        f"--conformance-driver {driver}", pytrace=False)
-        device_class = opt("conformance_device_class") or declared.device_class or driver
-        image = opt("conformance_image") or DEFAULT_IMAGE
+                        f"--fakegpu-conformance-driver {driver}", pytrace=False)
+        device_class = opt("fakegpu_conformance_device_class") or declared.device_class or driver
+        image = opt("fakegpu_conformance_image") or DEFAULT_IMAGE
         own = False
     else:
         cluster: Any = request.getfixturevalue("fakegpu_cluster")
         kubeconfig = Path(cluster.kubeconfig)
         driver = str(cluster.driver_name)
         declared = caps.load(Path(str(given))) if given else caps.packaged(driver)
-        device_class = opt("conformance_device_class") or declared.device_class or driver
-        image = opt("conformance_image") or str(cluster.workload_image)
+        device_class = opt("fakegpu_conformance_device_class") or declared.device_class or driver
+        image = opt("fakegpu_conformance_image") or str(cluster.workload_image)
         own = True
     api = k8s.new_api_client(kubeconfig)
     try:
@@ -97,13 +99,13 @@ def target(request: pytest.FixtureRequest) -> Target:
 
 # In fakegpu's own session the checks use the pytest plugin's fixtures (the session cluster's
 # client, a namespace per test that failure diagnostics know); against another cluster, the
-# same from the test kit for --conformance-kubeconfig.
+# same from the test kit for --fakegpu-conformance-kubeconfig.
 
 
 @pytest.fixture(scope="module")
 def kube(request: pytest.FixtureRequest, target: Target) -> Iterator[Any]:
     if target.own:
-        yield request.getfixturevalue("k8s_client")
+        yield request.getfixturevalue("fakegpu_k8s_client")
         return
     api = k8s.new_api_client(target.kubeconfig)
     yield api
@@ -126,7 +128,7 @@ def ns(request: pytest.FixtureRequest, target: Target, core: kclient.CoreV1Api
     """A fresh namespace per check, deleted afterwards (the next starts once its pods and claims
     are gone)."""
     if target.own:
-        yield request.getfixturevalue("namespace")
+        yield request.getfixturevalue("fakegpu_namespace")
         return
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:36].strip("-")
     name = k8s.create_namespace(core, prefix=f"conf-{base}",
@@ -183,7 +185,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not outcomes:
         return
     target = config.stash.get(_TARGET, None)
-    out = config.getoption("conformance_report")
+    out = config.getoption("fakegpu_conformance_report")
     if out is None and target is not None and target.own:
         out = config.rootpath / "reports" / "conformance" / target.driver
     if out is None:

@@ -63,7 +63,7 @@ class Install:
 
 def files() -> list[Traversable]:
     """The shared manifest files, in the order they are applied (sorted by name)."""
-    root = resources.files("fakegpu.deploy").joinpath("files")
+    root = resources.files("fakegpu.deploy").joinpath("chart", "files")
     found = sorted((f for f in root.iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
     if not found:
         raise FakegpuError(f"fakegpu's shared manifests are missing ({root}): a broken install")

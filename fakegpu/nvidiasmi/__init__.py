@@ -1,9 +1,10 @@
 """A small ``nvidia-smi`` (C, on NVML) for pods and nodes of fake GPUs.
 
-``path()`` gives the executable, built on first use (like the NVML library) from
-``csrc/nvidia-smi.c`` and the fake NVML's sources, linked **statically**: it runs in any
-container, a busybox one without a C library included, and shows what fakegpu's NVML shows
-for ``FAKEGPU_NVML_STATE`` and ``FAKEGPU_NVML_VISIBLE`` (the claim's view).
+``path()`` gives the executable: a wheel carries it built (setup.py), a checkout builds it on
+first use (like the NVML library) from ``csrc/nvidia-smi.c`` and the fake NVML's sources,
+linked **statically**: it runs in any container, a busybox one without a C library included,
+and shows what fakegpu's NVML shows for ``FAKEGPU_NVML_STATE`` and ``FAKEGPU_NVML_VISIBLE``
+(the claim's view).
 """
 
 from __future__ import annotations
@@ -91,9 +92,13 @@ def path() -> Path:
 def cached_program(here: Path, name: str, stale: Callable[[Path], bool],
                    build_into: Callable[[Path], object]) -> Path:
     """A static program of a package (``here``), built into its ``bin`` (or the user cache
-    when the package is read-only) if missing or ``stale``; one build at a time per user."""
+    when the package is read-only) if missing or ``stale``; one build at a time per user. An
+    installed wheel carries it built (setup.py): only a source checkout rebuilds it."""
     from fakegpu import paths
 
+    shipped = here / "bin" / name
+    if paths.source_checkout() is None and shipped.is_file():
+        return shipped
     out = here / "bin" if os.access(here, os.W_OK) else paths.cache_dir() / name
     binary = out / name
     if not stale(binary):

@@ -35,7 +35,7 @@ def _stale(lib: Path) -> bool:
     if not lib.is_file():
         return True
     # only a source checkout rebuilds stale libraries; an installed package keeps its own
-    if not (PACKAGE_DIR.parent.parent / ".git").exists():
+    if paths.source_checkout() is None:
         return False
     built = lib.stat().st_mtime
     return any(src.stat().st_mtime > built for src in _sources() if src.exists())
@@ -86,8 +86,13 @@ def runtime_dir() -> Path:
 
 
 def state_dir(topology: Topology) -> Path:
-    """One directory per topology (name + a hash of where it came from)."""
-    tag = hashlib.sha256(f"{topology.source}\0{topology.name}".encode()).hexdigest()[:10]
+    """One directory per topology file and content: its name, plus a hash of its resolved path
+    and of its bytes. Two projects' ``dgx-h100.yaml`` get two states, and an edited file a
+    fresh one (rendered on first use, no --fresh needed); the same file keeps its state, and
+    with it the faults and MIG instances made at run time."""
+    where = topology.path or topology.source
+    what = topology.digest or topology.name
+    tag = hashlib.sha256(f"{where}\0{topology.name}\0{what}".encode()).hexdigest()[:12]
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology.name)
     return runtime_dir() / "nvml" / f"{safe}-{tag}"
 

@@ -3,7 +3,7 @@
 Run it on a machine with a real GPU and against the fake (same topology) and diff the two:
 
     python3 -m fakegpu.nvml.probe > real.json          # needs only pynvml
-    eval "$(fakegpu nvml env --topology fixtures/hgx-h200.yaml --node hgx-h200-0)"
+    eval "$(fakegpu nvml env --topology hgx-h200 --node hgx-h200-0)"
     python3 -m fakegpu.nvml.probe > fake.json
     python3 -m fakegpu.nvml.probe --compare real.json fake.json
 
@@ -196,9 +196,11 @@ def compare(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
         for key in sorted(set(a) | set(b)):
             out += compare(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{path}.{key}")
         return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        out = []
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+    if isinstance(a, list) and isinstance(b, list):
+        # Lists of unequal length (a 1-GPU VM against an 8-GPU fixture, 1 NVLink against 18)
+        # still compare item by item as far as both go, so GPU 0 is checked leaf by leaf.
+        out = [] if len(a) == len(b) else [(f"{path}.length".lstrip("."), len(a), len(b))]
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             out += compare(x, y, f"{path}[{i}]")
         return out
     return [] if a == b else [(path.lstrip("."), a, b)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu import paths
+from fakegpu.topology import packaged
 
 REPORTS_SUBDIR = Path("reports") / "fakegpu-e2e"
 
@@ -28,7 +28,7 @@ class Options:
     def from_config(cls, config: pytest.Config) -> Options:
         """Read and validate the fakegpu options; a bad value raises pytest.UsageError."""
         provider = str(config.getoption("fakegpu_provider"))
-        version = config.getoption("k8s_version")
+        version = config.getoption("fakegpu_k8s_version")
         if version is not None:
             from fakegpu.cluster.artifacts import binaries
             from fakegpu.errors import FakegpuError
@@ -36,24 +36,28 @@ class Options:
             try:
                 binaries.resolve_version(str(version))
             except FakegpuError as err:
-                raise pytest.UsageError(f"--k8s-version: {err}") from err
+                raise pytest.UsageError(f"--fakegpu-k8s-version: {err}") from err
         given = config.getoption("fakegpu_topology")
         if given is None:
             # The default is checked when a cluster is needed, not here: a run without e2e
             # tests (or an installed fakegpu without the source tree) must not fail over it.
-            topology = paths.default_topology()
+            topology = packaged.default_topology()
         else:
-            topology = (config.invocation_params.dir / str(given)).resolve()
-            if not topology.is_file():
-                raise pytest.UsageError(f"--topology: {given}: no such file")
-        name = str(config.getoption("cluster_name"))
+            from fakegpu.errors import InvalidInput
+
+            try:
+                topology = packaged.resolve_topology(
+                    str(given), base=config.invocation_params.dir).resolve()
+            except InvalidInput as err:
+                raise pytest.UsageError(f"--fakegpu-topology: {err}") from None
+        name = str(config.getoption("fakegpu_cluster_name"))
         from fakegpu.cluster.names import RULE, validate_name
         from fakegpu.errors import InvalidInput
 
         try:
             validate_name(name)  # the providers' own rule: a name they refuse fails here
         except InvalidInput:
-            raise pytest.UsageError(f"--cluster-name: {name!r} must be {RULE}") from None
+            raise pytest.UsageError(f"--fakegpu-cluster-name: {name!r} must be {RULE}") from None
         from fakegpu.cluster import imagealiases
 
         try:
@@ -62,6 +66,6 @@ class Options:
         except InvalidInput as err:
             raise pytest.UsageError(f"--fakegpu-image-alias: {err}") from None
         return cls(provider=provider, k8s_version=None if version is None else str(version),
-                   topology=topology, keep_cluster=bool(config.getoption("keep_cluster")),
+                   topology=topology, keep_cluster=bool(config.getoption("fakegpu_keep_cluster")),
                    cluster_name=name, reports_dir=config.rootpath / REPORTS_SUBDIR,
                    driver=str(config.getoption("fakegpu_driver")), image_aliases=aliases)

@@ -3,7 +3,7 @@
 - one cluster per session and topology, brought up only when an e2e test is about to run,
   before the pytest-timeout timer of that test starts (a cold build of the binaries takes many
   minutes); tests run sorted by topology, the session's own first, and a cluster goes down
-  when no test of its topology is left (unless --keep-cluster);
+  when no test of its topology is left (unless --fakegpu-keep-cluster);
 - with pytest-xdist, one cluster per topology however many workers: the first worker that needs
   it brings it up under a file lock, the others use it (``testkit.workers``); a cluster goes
   down once every worker is past its topology, and the controller downs what is left and prints
@@ -37,9 +37,11 @@ if TYPE_CHECKING:
     from fakegpu.cluster.provider import ClusterInfo, Clusters
     from fakegpu.testkit.options import Options
 
-E2E_MARKER = "e2e"
+# The one marker the plugin claims: a project's own `e2e` marker is its own business (this
+# repository maps its `e2e` to this one in its conftest).
+FAKEGPU_MARKER = "fakegpu"
 SERIAL_MARKER = "serial"
-NAMESPACE = pytest.StashKey[str]()  # the test's namespace (fixture ``namespace``)
+NAMESPACE = pytest.StashKey[str]()  # the test's namespace (fixture ``fakegpu_namespace``)
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class E2ESession:
 
     @property
     def outcome(self) -> Outcome | None:
-        """The outcome of the session's own topology (--topology), if it was needed."""
+        """The outcome of the session's own topology (--fakegpu-topology), if it was needed."""
         return self.outcomes.get(self.options.topology)
 
     @property
@@ -117,8 +119,8 @@ class E2ESession:
         return self._provider
 
     def cluster_name(self, topology: Path) -> str:
-        """--cluster-name for the session's topology; for a suite's own one, that name plus the
-        file's stem, cut to the providers' length limit."""
+        """--fakegpu-cluster-name for the session's topology; for a suite's own one, that name plus
+        the file's stem, cut to the providers' length limit."""
         base = self.options.cluster_name
         if topology == self.options.topology:
             return base
@@ -130,7 +132,7 @@ class E2ESession:
     # -- bringing up and down --
 
     def ensure(self, topology: Path | None = None) -> Outcome:
-        """Bring up the cluster of ``topology`` (default: --topology's) on first use, after
+        """Bring up the cluster of ``topology`` (default: --fakegpu-topology's) on first use, after
         bringing down the one of another topology; later calls return the same outcome."""
         topology = self.options.topology if topology is None else topology
         outcome = self.outcomes.get(topology)
@@ -207,7 +209,7 @@ class E2ESession:
                             + "; ".join(problems)
                             + f" (remove it with `{provider.down_command(name)}`)"))
                     self._say(f"fakegpu: reusing running cluster {name} "
-                              f"(--keep-cluster)")
+                              f"(--fakegpu-keep-cluster)")
                     provider.tag_images(name, opts.image_aliases)
                     return Outcome(info=running, reused=True)
             if not topology.is_file():
@@ -334,8 +336,8 @@ class E2ESession:
             if self.options.keep_cluster:
                 from fakegpu.cluster.names import down_command
 
-                tr.write_line(f"cluster {summary.name} left running (--keep-cluster); remove "
-                              f"it with `{down_command(summary.name, summary.provider)}`")
+                tr.write_line(f"cluster {summary.name} left running (--fakegpu-keep-cluster); "
+                              f"remove it with `{down_command(summary.name, summary.provider)}`")
 
     # -- diagnostics --
 
@@ -442,11 +444,17 @@ def _safe_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[:150]
 
 
+def claimed(item: pytest.Item) -> bool:
+    """A test of the plugin's: marked ``fakegpu`` or using the cluster fixture. The plugin's
+    markers and ordering apply to these only; every other test is left as its project wrote it."""
+    return item.get_closest_marker(FAKEGPU_MARKER) is not None or "fakegpu_cluster" in getattr(
+        item, "fixturenames", ())
+
+
 def wants_cluster(item: pytest.Item) -> bool:
     if item.get_closest_marker("skip") is not None:
         return False  # skipped before any fixture: no cluster is brought up for it
-    return item.get_closest_marker(E2E_MARKER) is not None or "fakegpu_cluster" in getattr(
-        item, "fixturenames", ())
+    return claimed(item)
 
 
 def is_serial(item: pytest.Item) -> bool:

@@ -38,7 +38,7 @@ class SharedOutcome:
 
     state: str  # "up" | "skip" | "error" | "down"
     message: str | None = None  # the skip reason or the error
-    reused: bool = False  # --keep-cluster found it running
+    reused: bool = False  # --fakegpu-keep-cluster found it running
     by: str = ""  # the worker that brought it up
 
 

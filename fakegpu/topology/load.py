@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -35,7 +37,7 @@ def load_topology(path: str | Path) -> Topology:
         except OSError as err:
             raise TopologyError(source, [Problem("", f"cannot read: {err.strerror or err}")]) \
                 from None
-    return parse_bytes(data, source)
+    return dataclasses.replace(parse_bytes(data, source), path=str(Path(path).resolve()))
 
 
 def _kind(mode: int) -> str | None:
@@ -62,4 +64,4 @@ def parse_bytes(data: bytes, source: str) -> Topology:
         raw = read_yaml(data)
     except YamlRejected as err:
         raise TopologyError(source, [err.problem]) from None
-    return build(raw, source)
+    return dataclasses.replace(build(raw, source), digest=hashlib.sha256(data).hexdigest())

@@ -289,8 +289,13 @@ class Topology:
     seed: int
     driver: Driver
     nodes: tuple[Node, ...]
-    source: str = "<memory>"  # file it was loaded from
+    source: str = "<memory>"  # file it was loaded from, as given (for messages)
     network: Network = field(default_factory=Network)
+    # What the file is, not how it was named: its resolved path ("" from text) and the sha256 of
+    # its bytes. Host NVML state is keyed on these (nvml.env.state_dir). Not compared: two
+    # loads of the same hardware are equal wherever they came from.
+    path: str = field(default="", compare=False)
+    digest: str = field(default="", compare=False)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:

@@ -3,8 +3,9 @@ the cluster's own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fakegpu.bandwidth import launcher, program
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.testkit import k8s
 
 
@@ -19,7 +20,8 @@ def test_every_rank_gets_all_peers_rank_0_first() -> None:
 
 
 def test_the_example_gets_the_clusters_workload_image() -> None:
-    objects = k8s.load_manifests(repo_fixtures_dir().parent / "examples" / "gb200-bandwidth.yaml")
+    example = Path(__file__).resolve().parents[2] / "examples" / "gb200-bandwidth.yaml"
+    objects = k8s.load_manifests(example)
     fixed = launcher.with_image(objects, "fakegpu.local/workload:9.9.9")
     images = [c["image"] for o in fixed if o["kind"] == "Deployment"
               for c in o["spec"]["template"]["spec"]["containers"]]

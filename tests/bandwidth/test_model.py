@@ -9,14 +9,14 @@ import pytest
 
 from fakegpu.bandwidth import model
 from fakegpu.bandwidth.model import Path
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology import catalog
 from fakegpu.topology.load import load_topology, parse_topology
 from fakegpu.topology.model import Topology
+from fakegpu.topology.packaged import FIXTURES
 
 
 def _mini() -> Topology:
-    return load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+    return load_topology(FIXTURES / "gb200-mini.yaml")
 
 
 def _gb200_nvlink() -> float:
@@ -144,7 +144,7 @@ def test_the_network_defaults_to_400_gbps_per_gpu() -> None:
 
 
 def test_an_h100_node_is_nv18_inside() -> None:
-    topology = load_topology(repo_fixtures_dir() / "dgx-h100.yaml")
+    topology = load_topology(FIXTURES / "dgx-h100.yaml")
     node = topology.nodes[0]
     views = [model.view_of(g, node.name) for g in node.gpus]
     values, paths = model.matrix(views, topology.network.gbps_per_gpu)

@@ -19,10 +19,10 @@ import pytest
 from fakegpu.bandwidth import model, program, results
 from fakegpu.nvml import faults
 from fakegpu.nvml.env import ensure_state
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.testkit.gpus import nvml_env
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ print(json.dumps(out))
 
 
 def _mini() -> Topology:
-    return load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+    return load_topology(FIXTURES / "gb200-mini.yaml")
 
 
 def _free_port() -> int:
@@ -170,7 +170,7 @@ def test_it_is_static(tmp_path: Path) -> None:
 
 def test_a_whole_nvl72_rack_in_one_domain(tmp_path: Path) -> None:
     # 18 ranks, 72 GPUs: every pair at NVLink speed, as the rules give for gb200-nvl72.
-    topology = load_topology(repo_fixtures_dir() / "gb200-nvl72.yaml")
+    topology = load_topology(FIXTURES / "gb200-nvl72.yaml")
     channels = tmp_path / "channels"
     channels.mkdir()
     (channels / "channel0").touch()

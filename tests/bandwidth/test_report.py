@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from fakegpu.bandwidth import model, report, results
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 
 def _document(domain: str = "") -> dict[str, Any]:
     """What `fakegpu bandwidth run` writes for gb200-mini, built from the rules."""
-    topology = load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+    topology = load_topology(FIXTURES / "gb200-mini.yaml")
     views = model.topology_views(topology, compute_domain=domain)
     values, paths = model.matrix(views, topology.network.gbps_per_gpu)
     return {"format": results.FORMAT, "simulation": True, "note": "simulated", "unit": "GB/s",

@@ -9,9 +9,9 @@ from fakegpu.cli import build_parser
 from fakegpu.cluster import driver_name, get_provider
 from fakegpu.cluster.lifecycle import load_spec
 from fakegpu.errors import InvalidInput
-from fakegpu.paths import repo_fixtures_dir
+from fakegpu.topology.packaged import FIXTURES
 
-TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
+TOPOLOGY = FIXTURES / "dgx-h100.yaml"
 
 
 @pytest.mark.parametrize("provider", ["embedded", "kind"])

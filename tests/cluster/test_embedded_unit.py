@@ -14,9 +14,9 @@ from fakegpu.cluster.embedded.provider import EmbeddedProvider
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import ProcessRecord
 from fakegpu.errors import InvalidInput
-from fakegpu.paths import repo_fixtures_dir
+from fakegpu.topology.packaged import FIXTURES
 
-TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
+TOPOLOGY = FIXTURES / "dgx-h100.yaml"
 
 
 @pytest.mark.parametrize("name", ["fakegpu", "a", "e2e-1", "x" * 20])

@@ -21,13 +21,13 @@ from fakegpu.cluster.embedded import state, worker
 from fakegpu.cluster.lifecycle import Lifecycle
 from fakegpu.cluster.process import WaitPolicy, pids_matching, wait_until
 from fakegpu.cluster.provider import ClusterInfo
-from fakegpu.paths import repo_fixtures_dir
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
 # Unique per run: several engineers (and CI) may run this suite on one host at once.
 NAME = f"it-{os.getpid()}"
-TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"  # one node, 8 GPUs
+TOPOLOGY = FIXTURES / "dgx-h100.yaml"  # one node, 8 GPUs
 
 
 def _missing() -> str | None:

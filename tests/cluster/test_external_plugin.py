@@ -12,9 +12,9 @@ from fakegpu.cli.cluster import _external
 from fakegpu.cluster import external, get_provider
 from fakegpu.cluster.lifecycle import load_spec
 from fakegpu.errors import InvalidInput
-from fakegpu.paths import repo_fixtures_dir
+from fakegpu.topology.packaged import FIXTURES
 
-TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
+TOPOLOGY = FIXTURES / "dgx-h100.yaml"
 
 VALUES = {"node": "nv-0", "kubeconfig": "/c/n0/plugin.kubeconfig", "kubelet_root": "/c/n0/kubelet",
           "registrar_dir": "/c/n0/kubelet/plugins_registry",

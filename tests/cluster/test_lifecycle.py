@@ -22,11 +22,11 @@ from fakegpu.cluster.lifecycle import Lifecycle
 from fakegpu.cluster.names import MAX_LENGTH
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec
 from fakegpu.errors import FakegpuError, InvalidInput
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
+from fakegpu.topology.packaged import FIXTURES
 
-TOPOLOGY = repo_fixtures_dir() / "dgx-h100.yaml"
+TOPOLOGY = FIXTURES / "dgx-h100.yaml"
 
 
 @pytest.fixture(autouse=True)

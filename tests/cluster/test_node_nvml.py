@@ -16,12 +16,12 @@ import pytest
 
 from fakegpu.cluster.embedded import state
 from fakegpu.nvml import state as nvml_state
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
-TOPOLOGY = repo_fixtures_dir() / "gb200-mini.yaml"
+TOPOLOGY = FIXTURES / "gb200-mini.yaml"
 
 
 @pytest.fixture

@@ -22,8 +22,9 @@ from fakegpu.cluster.embedded.pluginhost import wrapper_argv
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-driver.yaml"
+FIXTURE = FIXTURES / "nvidia-driver.yaml"
 NODE = "nv-0"
 HOST_DEVICES = """Character devices:
   1 mem

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fakegpu.nvml import env, state
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ print(json.dumps([before.clique, before.problem, after.clique, after.problem,
 
 
 def test_gb200_mini_node_is_one_clique_until_a_gpu_degrades(tmp_path: Path) -> None:
-    topo = load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+    topo = load_topology(FIXTURES / "gb200-mini.yaml")
     path = state.render(topo, topo.nodes[0].name, tmp_path / "node.state")
     res = subprocess.run([sys.executable, "-c", _SCRIPT, str(path)],
                          env={**os.environ, **env.env(path)}, capture_output=True, text=True,

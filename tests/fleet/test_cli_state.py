@@ -9,6 +9,7 @@ from pathlib import Path
 from fakegpu.cluster.embedded import fleet as embedded
 from fakegpu.cluster.embedded.state import ClusterState, NodeState
 from fakegpu.errors import EXIT_INVALID
+from fakegpu.topology.packaged import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_kwok_is_told_to_manage_only_simulated_nodes(tmp_path: Path) -> None:
 def test_fleet_cli_refuses_a_topology_without_simulated_nodes(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "fakegpu", "fleet", "delete", "--kubeconfig",
                            str(tmp_path / "kc"), "--topology",
-                           str(ROOT / "fixtures" / "dgx-h100.yaml")],
+                           str(FIXTURES / "dgx-h100.yaml")],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == EXIT_INVALID
     assert proc.stderr.strip().splitlines()[-1].endswith(
@@ -52,7 +53,7 @@ def test_kind_refuses_a_fleet_in_one_line() -> None:
     from fakegpu.errors import InvalidInput
     from fakegpu.topology.load import load_topology
 
-    path = ROOT / "fixtures" / "fleet-small.yaml"
+    path = FIXTURES / "fleet-small.yaml"
     spec = ClusterSpec("fg-x", path, load_topology(path), "1.37.2")
     with pytest.raises(InvalidInput) as err:
         KindProvider().check_host(spec)

@@ -16,6 +16,7 @@ from fakegpu.cli import main
 from fakegpu.fleet import nodes
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube import errors
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +103,7 @@ users: [{{name: u, user: {{}}}}]
 contexts: [{{name: web, context: {{cluster: web, user: u}}}}]
 current-context: web
 """)
-        topology = Path(__file__).parents[2] / "fixtures"
+        topology = FIXTURES
         fleet = next(p for p in sorted(topology.glob("*.yaml")) if "simulated: true" in
                      p.read_text())
         code = main(["fleet", "delete", "--kubeconfig", str(kubeconfig), "--topology",

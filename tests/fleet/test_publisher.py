@@ -16,9 +16,10 @@ import pytest
 from fakegpu.fleet import nodes, stages
 from fakegpu.nvml import env, state
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ROOT / "fixtures" / "fleet-small.yaml"
+SMALL = FIXTURES / "fleet-small.yaml"
 PICK = ("sim-h100-00", "sim-a100-0", "sim-h100-bad")
 
 

@@ -18,11 +18,12 @@ import yaml
 from fakegpu.cluster import featuregates
 from fakegpu.cluster.artifacts import binaries, bincache
 from fakegpu.cluster.kind import tools
+from fakegpu.topology.packaged import FIXTURES
 
 from .conftest import REPO
 
 CHART = REPO / "deploy" / "helm" / "fakegpu"
-TOPOLOGY = REPO / "fixtures" / "gb200-mini.yaml"
+TOPOLOGY = FIXTURES / "gb200-mini.yaml"
 MINORS = [int(m.split(".")[1]) for m in binaries.SUPPORTED]
 
 

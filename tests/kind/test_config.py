@@ -12,11 +12,12 @@ from fakegpu.cluster import featuregates
 from fakegpu.cluster.artifacts import binaries
 from fakegpu.cluster.kind import config
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 from .conftest import REPO
 
 MINORS = list(binaries.SUPPORTED)
-TOPOLOGY = REPO / "fixtures" / "gb200-mini.yaml"
+TOPOLOGY = FIXTURES / "gb200-mini.yaml"
 
 
 @pytest.mark.parametrize("minor", MINORS)

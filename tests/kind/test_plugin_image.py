@@ -26,12 +26,11 @@ from fakegpu.plugin.proto import (
 )
 from fakegpu.plugin.sockets import socket_paths
 from fakegpu.topology.load import load_topology
-
-from .conftest import REPO
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 DRIVER = drivers.FAKEGPU
-TOPOLOGY = REPO / "fixtures" / "gb200-mini.yaml"
+TOPOLOGY = FIXTURES / "gb200-mini.yaml"
 INSTANCE = "0b1d2c3e-test"
 
 

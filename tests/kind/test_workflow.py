@@ -9,6 +9,7 @@ import yaml
 from fakegpu.cluster import PROVIDERS
 from fakegpu.cluster.artifacts import binaries
 from fakegpu.cluster.kind import tools
+from fakegpu.topology.packaged import FIXTURES
 
 from .conftest import REPO
 
@@ -28,4 +29,4 @@ def test_matrix_covers_every_minor_provider_and_topology() -> None:
     assert matrix["k8s"] == list(binaries.SUPPORTED)
     assert sorted(matrix["provider"]) == sorted(PROVIDERS)
     for topology in matrix["topology"]:
-        assert (REPO / "fixtures" / f"{topology}.yaml").is_file()
+        assert (FIXTURES / f"{topology}.yaml").is_file()

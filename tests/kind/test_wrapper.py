@@ -15,8 +15,7 @@ from fakegpu.cluster import nodeconfig, runc_wrapper
 from fakegpu.cluster.kind import dockerhost
 from fakegpu.errors import InvalidInput
 from fakegpu.node import entrypoint
-
-from .conftest import REPO
+from fakegpu.topology.packaged import FIXTURES
 
 ALL_CAPS = (1 << len(runc_wrapper.CAP_NAMES)) - 1
 
@@ -86,14 +85,14 @@ def test_daemon_config_registers_the_wrapper_only_when_needed(tmp_path: Path) ->
 
 
 def test_entrypoint_refuses_a_node_not_in_the_topology(tmp_path: Path) -> None:
-    env = {"NODE_NAME": "nope", "FAKEGPU_TOPOLOGY": str(REPO / "fixtures" / "gb200-mini.yaml"),
+    env = {"NODE_NAME": "nope", "FAKEGPU_TOPOLOGY": str(FIXTURES / "gb200-mini.yaml"),
            "FAKEGPU_NVML_STATE_DIR": str(tmp_path)}
     with pytest.raises(InvalidInput, match="'nope' is not in topology"):
         entrypoint.plugin_env(env)
 
 
 def test_entrypoint_renders_the_named_nodes_state(tmp_path: Path) -> None:
-    env = {"NODE_NAME": "gb200-2", "FAKEGPU_TOPOLOGY": str(REPO / "fixtures" / "gb200-mini.yaml"),
+    env = {"NODE_NAME": "gb200-2", "FAKEGPU_TOPOLOGY": str(FIXTURES / "gb200-mini.yaml"),
            "FAKEGPU_NVML_STATE_DIR": str(tmp_path)}
     out, node = entrypoint.plugin_env(env)
     assert node == "gb200-2"
@@ -142,7 +141,7 @@ def test_seccomp_support_is_read_from_runc_features() -> None:
 def test_entrypoint_keeps_the_nodes_state_across_restarts_until_the_topology_changes(
         tmp_path: Path) -> None:
     topo = tmp_path / "topology.yaml"
-    topo.write_text((REPO / "fixtures" / "gb200-mini.yaml").read_text())
+    topo.write_text((FIXTURES / "gb200-mini.yaml").read_text())
     env = {"NODE_NAME": "gb200-2", "FAKEGPU_TOPOLOGY": str(topo),
            "FAKEGPU_NVML_STATE_DIR": str(tmp_path / "state")}
     state = Path(entrypoint.plugin_env(env)[0]["FAKEGPU_NVML_STATE"])

@@ -14,15 +14,15 @@ import pytest
 
 from fakegpu.nvidiasmi import path as smi_path
 from fakegpu.nvml.env import ensure_state, env
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.testkit.gpus import read_node_gpus
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
 
 def _state(tmp_path: Path, fixture: str, node: str) -> Path:
-    topology = load_topology(repo_fixtures_dir() / fixture)
+    topology = load_topology(FIXTURES / fixture)
     return ensure_state(topology, node, tmp_path / f"{node}.state")
 
 
@@ -65,7 +65,7 @@ def test_topo_shows_nvswitch_links_between_every_pair(tmp_path: Path) -> None:
 
 
 def test_mig_devices_and_instances(tmp_path: Path) -> None:
-    topology = load_topology(repo_fixtures_dir() / "partitioning.yaml")
+    topology = load_topology(FIXTURES / "partitioning.yaml")
     node = next(n for n in topology.nodes if any(g.mig.enabled for g in n.gpus))
     state = ensure_state(topology, node.name, tmp_path / "mig.state")
     listed = _smi(state, "-L").stdout.splitlines()
@@ -224,7 +224,7 @@ def test_summary_shows_mig_devices(tmp_path: Path) -> None:
 
 
 def _lost_line(state: Path, index: int) -> str:
-    topology = load_topology(repo_fixtures_dir() / "hgx-h200.yaml")
+    topology = load_topology(FIXTURES / "hgx-h200.yaml")
     bus = topology.nodes[0].gpus[index].pci.bus_id_legacy
     return (f"Unable to determine the device handle for GPU{index}: {bus}: GPU is lost.  "
             "Reboot the system to recover this GPU")

@@ -17,8 +17,8 @@ import pytest
 from fakegpu.nvml import env, state
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
+from fakegpu.topology.packaged import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.yaml"))
 
 RunPy = Callable[..., Any]

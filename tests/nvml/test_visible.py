@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fakegpu.nvml.env import ensure_state, env
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.testkit.gpus import read_node_gpus
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def _read(state: Path, visible: str | None, *probe: str) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def dgx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    topology = load_topology(repo_fixtures_dir() / "dgx-h100.yaml")
+    topology = load_topology(FIXTURES / "dgx-h100.yaml")
     return ensure_state(topology, "dgx-h100-0", tmp_path_factory.mktemp("v") / "n.state")
 
 
@@ -66,7 +66,7 @@ def test_without_a_view_every_gpu_is_there(dgx: Path, visible: str | None) -> No
 
 
 def test_a_mig_device_shows_its_gpu(tmp_path: Path) -> None:
-    topology = load_topology(repo_fixtures_dir() / "partitioning.yaml")
+    topology = load_topology(FIXTURES / "partitioning.yaml")
     node = next(n for n in topology.nodes if any(g.mig.enabled for g in n.gpus))
     state = ensure_state(topology, node.name, tmp_path / "mig.state")
     from fakegpu.nvidiasmi import path as smi
@@ -114,7 +114,7 @@ def test_a_mig_device_shows_only_itself_of_its_gpus_mig_devices(tmp_path: Path) 
     # A container given MIG devices sees their GPUs and, of each GPU's MIG devices, only its
     # own, numbered from 0 (NVIDIA's runtime gives it only those devices' capabilities); a
     # GPU listed by its own UUID shows all of its MIG devices.
-    topology = load_topology(repo_fixtures_dir() / "partitioning.yaml")
+    topology = load_topology(FIXTURES / "partitioning.yaml")
     state = ensure_state(topology, "a100-mig", tmp_path / "mig.state")
     (gpu0, migs0), (gpu1, migs1) = list(_mig_devices(state).items())[:2]
     assert len(migs0) > 2 and len(migs1) > 1, "the fixture's GPUs have several MIG devices"

@@ -13,6 +13,7 @@ import pytest
 
 from fakegpu.plugin.discovery import normalize_bus_id, pcie_root
 from fakegpu.plugin.slices import semver
+from fakegpu.topology.packaged import FIXTURES
 
 
 def test_bus_id_in_sysfs_form() -> None:
@@ -67,7 +68,7 @@ def _fake_node(tmp_path: Path, fixture: str | Path, node: str) -> tuple[Path, di
     from fakegpu.nvml import env, state
     from fakegpu.topology.load import load_topology
 
-    path = state.render(load_topology(REPO / "fixtures" / fixture), node, tmp_path / "s.bin")
+    path = state.render(load_topology(FIXTURES / fixture), node, tmp_path / "s.bin")
     return path, {**os.environ, **env.env(path)}
 
 
@@ -85,7 +86,7 @@ def _run(environ: dict[str, str], code: str) -> None:
 def test_mig_devices_read_back_from_the_fake_library(tmp_path: Path) -> None:
     from fakegpu.topology.load import load_topology
 
-    node = load_topology(REPO / "fixtures" / "mixed.yaml").node("a100-0")
+    node = load_topology(FIXTURES / "mixed.yaml").node("a100-0")
     _path, environ = _fake_node(tmp_path, "mixed.yaml", "a100-0")
     got = _discover(environ)
     by_name = {d["name"]: d for d in got["devices"]}

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from fakegpu.nvml import env, state
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ NO_EVENT_STEPS: list[tuple[str, int, str | None, int | None, dict[str, Any]]] = 
 def test_each_fault_taints_and_clearing_lifts_it(
         tmp_path: Path, mode: str, steps: list[tuple[str, int, str | None, int | None,
                                                      dict[str, Any]]]) -> None:
-    topo = load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+    topo = load_topology(FIXTURES / "gb200-mini.yaml")
     path = state.render(topo, topo.nodes[0].name, tmp_path / "node.state")
     environ = {**os.environ, **env.env(path)}
     res = subprocess.run([sys.executable, "-c", _SCRIPT, str(path), mode, json.dumps(steps)],

@@ -29,6 +29,7 @@ from fakegpu.plugin.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 DRIVER = drivers.FAKEGPU
@@ -50,7 +51,7 @@ def nvml_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], 
     from fakegpu.nvml import state
     from fakegpu.topology.load import load_topology
 
-    topology = load_topology(REPO / "fixtures" / "dgx-h100.yaml")
+    topology = load_topology(FIXTURES / "dgx-h100.yaml")
     node = topology.nodes[0].name
     path = tmp_path_factory.mktemp("nvml") / "state.bin"
     state.render(topology, node, path)
@@ -268,7 +269,7 @@ def fake_node(root: Path, fixture: str, node_index: int) -> tuple[dict[str, str]
     from fakegpu.nvml import state
     from fakegpu.topology.load import load_topology
 
-    topology = load_topology(REPO / "fixtures" / fixture)
+    topology = load_topology(FIXTURES / fixture)
     node = topology.nodes[node_index].name
     path = state.render(topology, node, root / f"{node}.bin")
     return {**os.environ, **nvml.env(path)}, node, path

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.paths import repo_fixtures_dir
 from fakegpu.testkit.gpus import NvmlReadError, read_node_gpus
+from fakegpu.topology.packaged import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +16,7 @@ def test_reads_what_the_state_file_describes(tmp_path: Path) -> None:
     from fakegpu.nvml.env import ensure_state
     from fakegpu.topology.load import load_topology
 
-    topology = load_topology(repo_fixtures_dir() / "gb200-mini.yaml")
+    topology = load_topology(FIXTURES / "gb200-mini.yaml")
     node = topology.node("gb200-2")
     state = ensure_state(topology, node.name, tmp_path / "gb200-2.state")
     gpus = read_node_gpus(state)

@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 
 from fakegpu.errors import InvalidInput
+from fakegpu.topology.packaged import FIXTURES
 
 TARGET = Path(__file__).resolve().parents[2] / "fuzz" / "topology.py"
 
@@ -38,7 +39,7 @@ def test_a_renderer_refusing_a_valid_topology_is_a_crash(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(target, "render_bytes", refuse)
     with pytest.raises(InvalidInput):
-        target.check((TARGET.parents[1] / "fixtures" / "dgx-a100.yaml").read_bytes())
+        target.check((FIXTURES / "dgx-a100.yaml").read_bytes())
 
 
 def test_plain_mutations_run_for_a_budget(tmp_path: Path) -> None:

@@ -10,8 +10,7 @@ import pytest
 
 from fakegpu.cli import main
 from fakegpu.topology.errors import MAX_LINES
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+from fakegpu.topology.packaged import FIXTURES
 
 
 def test_validate_all_fixtures_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,7 +20,7 @@ def test_validate_all_fixtures_exits_0(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_validate_invalid_exits_2_with_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
-    files = sorted(str(p) for p in (FIXTURES / "invalid").glob("*.yaml")
+    files = sorted(str(p) for p in (Path(__file__).resolve().parent / "invalid").glob("*.yaml")
                    if p.name != "expected.txt")
     assert main(["topology", "validate", *files]) == 2
     err = capsys.readouterr().err.splitlines()

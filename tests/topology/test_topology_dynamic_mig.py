@@ -6,6 +6,7 @@ import pytest
 
 from fakegpu.topology.errors import TopologyError
 from fakegpu.topology.load import parse_topology
+from fakegpu.topology.packaged import FIXTURES
 
 
 def _node(gpus: str) -> str:
@@ -49,12 +50,11 @@ def test_shared_gpus_are_listed_for_the_plugin_by_minor() -> None:
 
 def test_both_providers_give_each_node_its_plugin_flags() -> None:
     # The one rule the embedded provider and the kind image's entrypoint both apply.
-    from pathlib import Path
 
     from fakegpu.node.entrypoint import plugin_args
     from fakegpu.topology.load import load_topology
 
-    topo = load_topology(Path(__file__).resolve().parents[2] / "fixtures" / "partitioning.yaml")
+    topo = load_topology(FIXTURES / "partitioning.yaml")
     assert plugin_args(topo.node("a100-mig")) == []
     assert plugin_args(topo.node("h100-dyn")) == ["--dynamic-mig"]
     assert plugin_args(topo.node("a100-shared")) == ["--shared-gpus=0"]

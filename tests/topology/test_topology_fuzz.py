@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from fakegpu.topology.errors import TopologyError
 from fakegpu.topology.load import parse_bytes
+from fakegpu.topology.packaged import FIXTURES
 
-FIXTURES = sorted((Path(__file__).resolve().parents[2] / "fixtures").glob("*.yaml"))
-SEEDS = [yaml.safe_load(p.read_text()) for p in FIXTURES]
+FILES = sorted(FIXTURES.glob("*.yaml"))
+SEEDS = [yaml.safe_load(p.read_text()) for p in FILES]
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
                      st.floats(allow_nan=True), st.text(max_size=20),
@@ -54,7 +55,7 @@ def test_mutated_fixtures(seed: Any, path: list[int], value: Any) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.sampled_from(FIXTURES), st.integers(0, 4000), st.binary(min_size=1, max_size=4))
+@given(st.sampled_from(FILES), st.integers(0, 4000), st.binary(min_size=1, max_size=4))
 def test_byte_edits_of_fixtures(path: Path, at: int, junk: bytes) -> None:
     data = path.read_bytes()
     at %= len(data)

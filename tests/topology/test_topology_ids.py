@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from pathlib import Path
 
 from fakegpu.topology.load import load_topology
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+from fakegpu.topology.packaged import FIXTURES
 
 
 def test_gb200_mini_ids_are_pinned() -> None:

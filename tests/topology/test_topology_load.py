@@ -11,10 +11,10 @@ import yaml
 from fakegpu.topology.errors import TopologyError
 from fakegpu.topology.load import load_topology, parse_topology
 from fakegpu.topology.model import FabricHealth, LinkState, RemoteType
+from fakegpu.topology.packaged import FIXTURES
 from fakegpu.topology.yamlsafe import MAX_BYTES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-INVALID = FIXTURES / "invalid"
+INVALID = Path(__file__).resolve().parent / "invalid"
 EXPECTED: dict[str, str] = yaml.safe_load((INVALID / "expected.txt").read_text())
 
 

@@ -1,10 +1,11 @@
-"""Build the plugin image (the repository's Dockerfile) with the Docker at hand.
+"""Build the plugin image (the package's Dockerfile) with the Docker at hand.
 
-The Python side is a wheelhouse made on this host (``pip wheel`` of the source tree, which
-compiles the fake libnvidia-ml.so.1 into fakegpu's wheel); the base is the slim Python image
-where a registry answers, else the Debian base assembled by ``rootfs`` (no registry needed).
-The tag is a digest of the wheelhouse, Dockerfile and base, so an unchanged tree is not
-rebuilt and kind never runs a stale image under an old tag.
+The build context is staged in a scratch directory: the Dockerfile (package data; the root
+Dockerfile in a checkout) and a wheelhouse made on this host (``wheelhouse.build``: from the
+tree in a checkout, from the installed package otherwise), so a wheel install builds the same
+image. The base is the slim Python image where a registry answers, else the Debian base
+assembled by ``rootfs`` (no registry needed). The tag is a digest of the wheelhouse, Dockerfile
+and base, so an unchanged tree is not rebuilt and kind never runs a stale image under an old tag.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -21,14 +22,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.cluster.kind import rootfs
+from fakegpu import paths
+from fakegpu.cluster.kind import rootfs, wheelhouse
 from fakegpu.cluster.process import run
-from fakegpu.errors import FakegpuError, MissingPrerequisite
+from fakegpu.errors import MissingPrerequisite
 
 REGISTRY_BASE = "python:3.11-slim-bookworm"
 IMAGE_REPO = "fakegpu.local/fakegpu-plugin"
 BASE_ENV = "FAKEGPU_IMAGE_BASE"
-WHEELHOUSE = Path("build") / "kind" / "wheelhouse"
+DOCKERFILE = Path(__file__).resolve().parent / "Dockerfile"
+WHEELHOUSE = "wheelhouse"  # in the staged context (the Dockerfile's WHEELHOUSE build arg)
 
 
 @dataclass(frozen=True)
@@ -44,13 +47,14 @@ class PluginImage:
 _built: dict[tuple[str, str], PluginImage] = {}
 
 
-def source_root() -> Path:
-    """The source tree holding the Dockerfile (images are built from a checkout only)."""
-    root = Path(__file__).resolve().parents[3]
-    if not (root / "Dockerfile").is_file() or not (root / "pyproject.toml").is_file():
-        raise MissingPrerequisite(f"building the plugin image needs the fakegpu source tree "
-                                  f"(no Dockerfile in {root})")
-    return root
+def check_inputs() -> None:
+    """Fail in one line, before Docker starts, when the image cannot be built from here."""
+    if not DOCKERFILE.is_file():
+        raise MissingPrerequisite(f"cannot build the plugin image: {DOCKERFILE} is missing "
+                                  "(reinstall fakegpu)")
+    why = wheelhouse.problem()
+    if why is not None:
+        raise MissingPrerequisite(f"cannot build the plugin image: {why}")
 
 
 def registry_reachable(timeout: float = 5.0) -> bool:
@@ -78,24 +82,10 @@ def choose_base(docker: Path, console: Console) -> str:
     return rootfs.ensure_image(docker, rootfs.BASE, console)
 
 
-def build_wheelhouse(root: Path, console: Console) -> Path:
-    """``pip wheel`` of the tree and its dependencies into build/kind/wheelhouse."""
-    out = root / WHEELHOUSE
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    console.print(f"building wheels into {out}")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
-                          str(out), str(root)], capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise FakegpuError(f"pip wheel failed: {(res.stdout + res.stderr).strip()[-800:]}")
-    return out
-
-
-def content_tag(root: Path, wheelhouse: Path, base: str) -> str:
+def content_tag(wheels: Path, base: str) -> str:
     digest = hashlib.sha256(base.encode())
-    digest.update((root / "Dockerfile").read_bytes())
-    for whl in sorted(wheelhouse.iterdir()):
+    digest.update(DOCKERFILE.read_bytes())
+    for whl in sorted(wheels.iterdir()):
         digest.update(whl.name.encode())
         # fakegpu's own wheel embeds build times; hash what it contains, not its zip bytes.
         digest.update(_wheel_content(whl) if whl.name.startswith("fakegpu-") else b"")
@@ -124,15 +114,21 @@ def build(docker: Path, console: Console | None = None) -> PluginImage:
 
 
 def _build(docker: Path, console: Console) -> PluginImage:
-    root = source_root()
+    check_inputs()
     base = choose_base(docker, console)
-    wheels = build_wheelhouse(root, console)
-    ref = f"{IMAGE_REPO}:{content_tag(root, wheels, base)}"
-    if rootfs.image_present(docker, ref):
-        return PluginImage(ref, base)
-    console.print(f"building {ref} (base {base})")
-    run([str(docker), "build", "--build-arg", f"BASE={base}", "-t", ref, str(root)],
-        timeout=1200, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    scratch = paths.cache_dir() / "kind"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="plugin-image-", dir=scratch) as tmp:
+        context = Path(tmp)
+        shutil.copyfile(DOCKERFILE, context / "Dockerfile")  # a copy: Docker follows no link
+        wheels = wheelhouse.build(context / WHEELHOUSE, console)
+        ref = f"{IMAGE_REPO}:{content_tag(wheels, base)}"
+        if rootfs.image_present(docker, ref):
+            return PluginImage(ref, base)
+        console.print(f"building {ref} (base {base})")
+        run([str(docker), "build", "--build-arg", f"BASE={base}", "--build-arg",
+             f"WHEELHOUSE={WHEELHOUSE}", "-t", ref, str(context)],
+            timeout=1200, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     _remove_older(docker, ref)
     return PluginImage(ref, base)
 

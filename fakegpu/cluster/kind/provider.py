@@ -29,8 +29,8 @@ from fakegpu.cluster.kind.state import KindState, clusters_dir
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo, PluginInstances
-from fakegpu.deploy import manifests
-from fakegpu.errors import FakegpuError, InvalidInput
+from fakegpu.deploy import chart_dir, manifests
+from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.model import Topology
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from fakegpu.cluster.upgrade import Target
 
 NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
-CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "fakegpu"
+CHART = chart_dir()  # the chart in the package (a link to deploy/helm/fakegpu in a checkout)
 # The release the embedded provider renders the chart's shared objects for, too.
 RELEASE = manifests.RELEASE
 NAMESPACE = manifests.NAMESPACE
@@ -88,7 +88,12 @@ class KindProvider:
         return KindState.load(name) is not None or self._exists(name)
 
     def check_host(self, spec: ClusterSpec) -> None:
-        """Docker and the tools are obtained by the first action (they may need a build)."""
+        """Docker and the tools are obtained by the first action (they may need a build); what
+        the package must carry (chart, Dockerfile, its own files) is checked before that."""
+        if not (CHART / "Chart.yaml").is_file():
+            raise MissingPrerequisite(f"the kind provider installs the chart {CHART}, which is "
+                                      "missing (reinstall fakegpu)")
+        image.check_inputs()
         if spec.plugin is not None:
             raise InvalidInput("--plugin-bin runs a host binary: embedded provider only")
         if spec.topology.simulated_nodes:

@@ -1,0 +1,94 @@
+"""The plugin image's Python side: fakegpu's wheel and its dependencies, made on this host.
+
+From a source checkout, ``pip wheel`` of the tree (which compiles the library, nvidia-smi,
+nvbandwidth and the stubs into fakegpu's wheel). From an installed wheel there is no tree: the
+installed distribution is packed back into a wheel from the files its RECORD lists (the
+compiled parts included, exactly as installed), and pip adds the dependencies beside it. So
+``fakegpu kind image`` and the kind provider need nothing but the installed package.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+
+from rich.console import Console
+
+from fakegpu import paths
+from fakegpu.errors import FakegpuError, MissingPrerequisite
+
+DIST = "fakegpu"
+# What pip writes at install time and a wheel does not carry (RECORD is written anew).
+_INSTALL_ONLY = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
+
+
+def problem() -> str | None:
+    """Why no wheelhouse can be made here (checked before Docker starts), or None."""
+    if paths.source_checkout() is not None:
+        return None
+    try:
+        dist = metadata.distribution(DIST)
+    except metadata.PackageNotFoundError:
+        return "fakegpu is neither a source checkout nor an installed distribution"
+    if dist.files is None or dist.read_text("WHEEL") is None:
+        return (f"the installed fakegpu {dist.version} has no RECORD or WHEEL file to build the "
+                "plugin image from (reinstall it with pip)")
+    return None
+
+
+def build(out: Path, console: Console) -> Path:
+    """fakegpu's wheel and every dependency's in ``out`` (created empty)."""
+    why = problem()
+    if why is not None:
+        raise MissingPrerequisite(f"cannot build the plugin image: {why}")
+    out.mkdir(parents=True)
+    root = paths.source_checkout()
+    source = str(root) if root is not None else str(repack(out))
+    console.print(f"building wheels into {out}")
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
+                          str(out), source], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise FakegpuError(f"pip wheel failed: {(res.stdout + res.stderr).strip()[-800:]}")
+    return out
+
+
+def _tags(wheel_file: str) -> str:
+    tags = [line.split(":", 1)[1].strip() for line in wheel_file.splitlines()
+            if line.startswith("Tag:")]
+    if not tags:
+        raise FakegpuError("the installed fakegpu's WHEEL file names no tag")
+    # A compressed tag set (py3-none-a.b) is what the wheel file name carries.
+    parts = [t.split("-") for t in tags]
+    return "-".join(".".join(dict.fromkeys(p[i] for p in parts)) for i in range(3))
+
+
+def repack(out: Path) -> Path:
+    """The installed fakegpu as a wheel in ``out``: its files as installed, a fresh RECORD."""
+    dist = metadata.distribution(DIST)
+    wheel_file = dist.read_text("WHEEL") or ""
+    name = f"{DIST}-{dist.version}-{_tags(wheel_file)}.whl"
+    info = f"{DIST}-{dist.version}.dist-info"
+    records: list[str] = []
+    target = out / name
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for entry in sorted(dist.files or [], key=str):
+            rel = PurePosixPath(str(entry))
+            # Scripts live outside site-packages (../../bin): pip writes them from
+            # entry_points.txt again. Byte code is made at install time.
+            if ".." in rel.parts or "__pycache__" in rel.parts or rel.suffix == ".pyc":
+                continue
+            if rel.parent.name == info and rel.name in _INSTALL_ONLY:
+                continue
+            source = Path(str(entry.locate()))
+            data = source.read_bytes()
+            zf.write(source, str(rel))  # with its mode: nvidia-smi stays executable
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            records.append(f"{rel},sha256={digest.decode()},{len(data)}")
+        records.append(f"{info}/RECORD,,")
+        zf.writestr(f"{info}/RECORD", "\n".join(records) + "\n")
+    return target
