@@ -294,7 +294,7 @@ def test_supported_k8s_version_forms_are_accepted(pytester: pytest.Pytester) -> 
 def test_missing_topology_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--fakegpu-topology", "nope.yaml")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--fakegpu-topology: topology nope.yaml: no such file*"])
+    result.stderr.fnmatch_lines(["*--fakegpu-topology: topology 'nope.yaml': no such file*"])
 
 
 def test_unknown_provider_is_a_usage_error(pytester: pytest.Pytester) -> None:

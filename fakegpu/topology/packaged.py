@@ -74,5 +74,5 @@ def resolve_topology(name_or_path: str | Path, base: Path | None = None) -> Path
     text = str(name_or_path)
     if "/" not in text and (FIXTURES / f"{text.removesuffix(SUFFIX)}{SUFFIX}").is_file():
         return path(text)
-    raise InvalidInput(f"topology {printable(text)}: no such file, and no packaged topology of "
+    raise InvalidInput(f"topology {printable(text)!r}: no such file, and no packaged topology of "
                        f"that name (fakegpu topology list: {', '.join(names())})")
