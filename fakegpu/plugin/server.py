@@ -161,11 +161,17 @@ class PluginServers:
             raise
 
     def stop(self, grace_s: float) -> None:
-        """Stop accepting, let in-flight calls finish (up to grace_s), remove our sockets."""
-        reg_done = self._reg.stop(0)  # the kubelet stops routing to us first
-        self.paths.registration.unlink(missing_ok=True)
+        """Stop accepting, let in-flight calls finish (up to grace_s), then unregister and
+        remove our sockets.
+
+        The registration goes last: the kubelet closes its connection to an instance the
+        moment it sees that instance's registration socket go, which cut a prepare in flight
+        (Unavailable, "use of closed network connection") during a rolling upgrade under
+        load. Meanwhile new calls go to the newest registered instance (the kubelet prefers
+        it), or fail and are retried when there is none."""
         if self._health is not None:
             self._health.stop()  # health streams never finish by themselves
         self._dra.stop(grace_s).wait()
-        reg_done.wait()
+        self._reg.stop(0).wait()
+        self.paths.registration.unlink(missing_ok=True)
         self.paths.dra.unlink(missing_ok=True)

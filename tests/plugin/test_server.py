@@ -180,6 +180,49 @@ def test_two_instances_share_state_and_one_stops_mid_stream(node: Node) -> None:
     assert list(node.cdi.glob("*.json")) == []
 
 
+def test_a_call_in_flight_finishes_before_the_instance_unregisters(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet closes its connection to an instance once that instance's registration
+    socket is gone; a prepare in flight then must already have its answer."""
+    servers = node.start("pod-uid-1")
+    node.store.add(claim("slow", "u-slow", ["gpu-0"]))
+    started = threading.Event()
+    real_prepare = Driver.prepare
+
+    def slow_prepare(self: Driver, refs: Any) -> Any:
+        started.set()
+        threading.Event().wait(1.0)  # a prepare that takes a while (a loaded node)
+        return real_prepare(self, refs)
+
+    monkeypatch.setattr(Driver, "prepare", slow_prepare)
+    channel = grpc.insecure_channel(f"unix://{servers.paths.dra}")
+    stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            result["answer"] = _prepare(stub, ("default", "slow", "u-slow"))
+        except grpc.RpcError as err:
+            result["error"] = err
+
+    def kubelet_watch() -> None:  # what the kubelet's plugin watcher does on removal
+        while servers.paths.registration.exists():
+            threading.Event().wait(0.01)
+        channel.close()
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert started.wait(10)
+    watcher = threading.Thread(target=kubelet_watch)
+    watcher.start()
+    servers.stop(10)
+    caller.join(15)
+    watcher.join(15)
+    assert "error" not in result, result.get("error")
+    assert result["answer"].claims["u-slow"].error == ""
+    assert not servers.paths.registration.exists() and not servers.paths.dra.exists()
+
+
 def test_long_instance_ids_are_hashed_to_fit(short_tmp: Path) -> None:
     root = short_tmp / ("k" * 30)
     paths = socket_paths(root, DRIVER, "x" * 120)
