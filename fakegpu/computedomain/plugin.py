@@ -56,6 +56,7 @@ from fakegpu.plugin.driver import PrepareResult
 from fakegpu.plugin.prepare import ClaimRef
 from fakegpu.plugin.server import PluginServers
 from fakegpu.plugin.sockets import socket_paths
+from fakegpu.wait import NotYet, wait_for
 
 from . import fabric, killpoint, kube
 from .connect import connect
@@ -83,6 +84,8 @@ READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retri
 CDI_VERSION = "0.6.0"
 CDI_CLASS = "imex"
 DAEMON_STOP_S = 5.0
+# From a daemon's Popen until /proc shows its command line: moments, unless very loaded.
+DAEMON_EXEC_S = 10.0
 # Where the kill -9 tests stop the plugin (killpoint.py), in the order a prepare reaches them.
 KILL_STEPS = ("prepare-spec-written", "prepare-recorded", "daemon-starting",
               "daemon-started")
@@ -448,9 +451,22 @@ class ComputeDomainDriver:
             # Its own session: a signal to the plugin's process group does not end it.
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        # Popen returns once the child's exec has begun, before the kernel has set up its new
+        # command line: /proc/<pid>/cmdline reads empty for a moment (most of the time on
+        # this 2-core VM), and a scan then (the very next prepare of this claim) found no
+        # daemon and started a second one. So the start returns once the daemon shows.
+        self._await_exec(uid, proc)
         killpoint.reached("daemon-started")
         log.info("started IMEX daemon pid=%d claim=%s pod=%s domain=%s", proc.pid, uid,
                  rec["pod"], rec["domain"])
+
+    def _await_exec(self, uid: str, proc: subprocess.Popen[bytes]) -> None:
+        def shown() -> None:
+            if proc.poll() is None and proc.pid not in self._daemon_pids(uid):
+                raise NotYet(f"pid {proc.pid} shows no daemon command line yet")
+
+        wait_for(shown, what=f"IMEX daemon pid {proc.pid} of claim {uid} to start",
+                 timeout=DAEMON_EXEC_S, interval=0.02)
 
     def _stop_daemon(self, uid: str) -> None:
         _terminate(self._daemon_pids(uid))
