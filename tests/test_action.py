@@ -147,7 +147,9 @@ def _run_step(step_id: str, tmp_path: Path, inputs: dict[str, str]) -> tuple[lis
     as_root.chmod(0o755)
     files = {"GITHUB_ENV": tmp_path / "github_env", "GITHUB_OUTPUT": tmp_path / "github_output"}
     env.update({k: str(v) for k, v in files.items()})
-    env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", RUNNER_TEMP=str(tmp_path),
+    # The stand-in first, then this test's Python (the scripts' `python` imports fakegpu).
+    path = os.pathsep.join((str(bindir), str(Path(sys.executable).parent), env["PATH"]))
+    env.update(PATH=path, RUNNER_TEMP=str(tmp_path),
                FAKEGPU_AS_ROOT=str(as_root), KUBECONFIG=str(tmp_path / "kubeconfig"))
     out = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
                          env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
@@ -203,6 +205,9 @@ def test_conformance_of_a_vendor_driver(tmp_path: Path) -> None:
     calls, _ = _run_step("conformance", tmp_path, {"plugin-driver": "gpu.example.com",
                                                    "driver-name": "gpu.other.com"})
     assert calls[-1][-2:] == ["--driver", "gpu.other.com"]
+    # a preset's plugin publishes its own driver (dra-example: gpu.example.com)
+    calls, _ = _run_step("conformance", tmp_path, {"plugin-preset": "dra-example"})
+    assert calls[-1][-2:] == ["--driver", "gpu.example.com"]
 
 
 def test_an_existing_cluster_is_used_as_it_is(tmp_path: Path) -> None:
