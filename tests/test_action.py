@@ -2,7 +2,7 @@
 real command-line parser.
 
 actionlint checks workflows, not an action's own file: tests/kind/test_workflow.py lints the
-action's steps as a workflow. Here, without tools:
+action's steps as a workflow and the sample workflows of docs/vendors.md. Here, without tools:
 every input referenced is declared and every declared one used, outputs name steps that write
 them, every run step has a shell and takes inputs only through its environment; and the
 scripts that build command lines (cluster up, conformance) run in bash with a stand-in
@@ -26,6 +26,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ACTION = REPO / "action.yml"
+VENDORS = REPO / "docs" / "vendors.md"
 INPUT_REF = re.compile(r"\binputs\.([A-Za-z0-9_-]+)")
 STEP_REF = re.compile(r"\bsteps\.([A-Za-z0-9_-]+)\.outputs\.([A-Za-z0-9_-]+)")
 
@@ -239,3 +240,27 @@ def test_paths_step_writes_a_wrapper_and_the_cache_dir(tmp_path: Path) -> None:
 def test_paths_step_refuses_an_unknown_provider(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="expected embedded or kind"):
         _run_step("paths", tmp_path, {"provider": "minikube"})
+# --- docs/vendors.md's workflows ----------------------------------------------------------------
+
+
+def sample_workflows() -> dict[str, str]:
+    """The complete workflows of docs/vendors.md: YAML blocks whose first line names their file
+    (``# .github/workflows/NAME.yml``)."""
+    blocks = re.findall(r"```yaml\n(# \.github/workflows/([\w.-]+\.yml)\n.*?)```",
+                        VENDORS.read_text(), re.S)
+    return {name: text for text, name in blocks}
+
+
+def test_vendor_workflows_use_only_declared_inputs() -> None:
+    samples = sample_workflows()
+    assert len(samples) >= 2, "docs/vendors.md: a workflow per path (your cluster, embedded)"
+    declared = set(_action()["inputs"])
+    for name, text in samples.items():
+        wf = yaml.safe_load(text)
+        used = [s for job in wf["jobs"].values() for s in job.get("steps", [])
+                if "/fakegpu@" in s.get("uses", "")]
+        for step in used:
+            assert set(step.get("with") or {}) <= declared, (name, step["with"])
+        for job in wf["jobs"].values():
+            for step in job.get("steps", []):
+                assert "run" in step or "uses" in step, (name, step)

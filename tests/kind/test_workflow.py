@@ -1,5 +1,5 @@
-"""The Actions workflows: actionlint passes on ours and on the composite action's steps; the
-e2e matrix covers what fakegpu supports."""
+"""The Actions workflows: actionlint passes on ours, on the composite action's steps and on the
+sample workflows of docs/vendors.md; the e2e matrix covers what fakegpu supports."""
 
 from __future__ import annotations
 
@@ -41,10 +41,15 @@ def action_as_workflow(action: dict[str, Any]) -> dict[str, Any]:
             "jobs": {"steps": {"runs-on": "ubuntu-latest", "steps": action["runs"]["steps"]}}}
 
 
-def test_actionlint_passes_on_the_action(tmp_path: Path) -> None:
+def test_actionlint_passes_on_the_action_and_the_vendor_samples(tmp_path: Path) -> None:
+    from tests.test_action import sample_workflows
+
     action = yaml.safe_load((REPO / "action.yml").read_text())
     files = [tmp_path / "action-steps.yml"]
     files[0].write_text(yaml.safe_dump(action_as_workflow(action), sort_keys=False))
+    for name, text in sample_workflows().items():
+        files.append(tmp_path / name)
+        files[-1].write_text(text)
     _actionlint([str(f) for f in files], cwd=tmp_path)
 
 
