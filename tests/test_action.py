@@ -188,6 +188,13 @@ def test_cluster_up_with_a_vendor_plugin(tmp_path: Path) -> None:
                       "--plugin-arg=--kubeconfig={kubeconfig}", "--plugin-arg=-v=4"]]
 
 
+def test_binaries_fill_the_cache_for_the_version_asked(tmp_path: Path) -> None:
+    calls, _ = _run_step("binaries", tmp_path, {})
+    assert calls == [["cluster", "binaries"]]
+    calls, _ = _run_step("binaries", tmp_path, {"k8s-version": "1.35"})
+    assert calls[-1] == ["cluster", "binaries", "--k8s-version", "1.35"]
+
+
 def test_conformance_defaults_to_the_cluster_driver_and_workload_image(tmp_path: Path) -> None:
     calls, _ = _run_step("conformance", tmp_path, {})
     kubeconfig, report = str(tmp_path / "kubeconfig"), str(tmp_path / "report")
