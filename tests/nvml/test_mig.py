@@ -246,7 +246,8 @@ print(json.dumps({"ok": ok, "name": name, "returned_version": returned,
                   "bad": fn(h, 0, ctypes.byref(bad)), "zero": fn(h, 0, ctypes.byref(zero)),
                   "bad_unknown_id": byid(h, 9999, ctypes.byref(bad)),
                   "good_unknown_id": byid(h, 9999, ctypes.byref(info)),
-                  "gfx": fn(h, 0x11, ctypes.byref(gfx)), "all_me_2": fn(h, 0x10, ctypes.byref(gfx))}))
+                  "gfx": fn(h, 0x11, ctypes.byref(gfx)),
+                  "all_me_2": fn(h, 0x10, ctypes.byref(gfx))}))
 """)
     first = topo.nodes[0].gpus[0].product.mig.profiles[0]  # type: ignore[union-attr]
     assert out["ok"] == 0 and out["name"] == f"MIG {first.name}"
