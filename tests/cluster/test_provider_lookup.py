@@ -35,9 +35,10 @@ def _kind_present(host: Path, monkeypatch: pytest.MonkeyPatch, clusters: list[st
     bindir.mkdir()
     asked = host / "kind-asked"
     kind = bindir / "kind"
+    listing = "".join(f"{c}\\n" for c in clusters)
     kind.write_text("#!/bin/sh\n"
                     f"echo \"$@\" >> {asked}\n"
-                    f"[ \"$1 $2\" = 'get clusters' ] && printf '{''.join(c + chr(10) for c in clusters)}'\n"
+                    f"[ \"$1 $2\" = 'get clusters' ] && printf '{listing}'\n"
                     "exit 0\n")
     kind.chmod(0o755)
     monkeypatch.setattr(kind_provider.tools, "cached", lambda tool: bindir)
