@@ -167,7 +167,7 @@ def _run_step(step_id: str, tmp_path: Path, inputs: dict[str, str]) -> tuple[lis
 
 def test_cluster_up_passes_only_the_inputs_given(tmp_path: Path) -> None:
     calls, written = _run_step("up", tmp_path, {})
-    assert calls == [["cluster", "up", "--name", "fakegpu", "--provider", "embedded",
+    assert calls == [["cluster", "up", "--cluster", "fakegpu", "--provider", "embedded",
                       "--driver", "fakegpu"]]
     mine = Path(written["KUBECONFIG"])
     assert written["kubeconfig"] == str(mine) and mine.parent == tmp_path
@@ -181,7 +181,7 @@ def test_cluster_up_with_a_vendor_plugin(tmp_path: Path) -> None:
         "plugin-bin": "bin/kubelet-plugin", "plugin-preset": "nvidia",
         "plugin-driver": "gpu.example.com",
         "plugin-args": "--node-name={node}\n\n--kubeconfig={kubeconfig}\n-v=4\n"})
-    assert calls == [["cluster", "up", "--name", "fakegpu", "--provider", "embedded",
+    assert calls == [["cluster", "up", "--cluster", "fakegpu", "--provider", "embedded",
                       "--driver", "nvidia", "--topology", "dgx-h100", "--k8s-version", "1.36",
                       "--plugin-bin", "bin/kubelet-plugin", "--plugin-preset", "nvidia",
                       "--plugin-driver", "gpu.example.com", "--plugin-arg=--node-name={node}",
