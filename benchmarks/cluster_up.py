@@ -1,7 +1,7 @@
 """Benchmark: how long `fakegpu cluster up` takes, and how much memory the cluster holds.
 
 For each topology (1, 4 and 18 worker nodes by default) it runs the real CLI:
-``fakegpu cluster up`` (timed), ``fakegpu cluster status --format json``, sums the memory of
+``fakegpu cluster up`` (timed), ``fakegpu cluster status -o json``, sums the memory of
 the cluster's processes once it is up, then ``fakegpu cluster down`` (timed).
 
 - warm: the binaries and images are already cached (the usual case after the first run);
@@ -138,11 +138,11 @@ def memory(pids: Iterable[int]) -> tuple[float, float]:
 
 def one_run(nodes: int, topology: Path, mode: str, env: dict[str, str], timeout: float) -> Run:
     load_before = load_average()
-    if fakegpu(["cluster", "status", "--name", CLUSTER], env).returncode == 0:
-        raise SystemExit(f"a cluster named {CLUSTER!r} exists: `fakegpu cluster down --name "
+    if fakegpu(["cluster", "status", "--cluster", CLUSTER], env).returncode == 0:
+        raise SystemExit(f"a cluster named {CLUSTER!r} exists: `fakegpu cluster down --cluster "
                          f"{CLUSTER}` first")
     start = time.monotonic()
-    out = fakegpu(["cluster", "up", "--name", CLUSTER, "--topology", str(topology),
+    out = fakegpu(["cluster", "up", "--cluster", CLUSTER, "--topology", str(topology),
                    "--timeout", str(timeout)], env)
     up_s = time.monotonic() - start
     pids: set[int] = set()
@@ -154,14 +154,14 @@ def one_run(nodes: int, topology: Path, mode: str, env: dict[str, str], timeout:
             lines = out.stderr.strip().splitlines() or ["(no output)"]
             error = f"cluster up exited {out.returncode}: {lines[-1]}"
         else:
-            status = json.loads(checked(fakegpu(["cluster", "status", "--name", CLUSTER,
-                                                 "--format", "json"], env), "cluster status"))
+            status = json.loads(checked(fakegpu(["cluster", "status", "--cluster", CLUSTER,
+                                                 "-o", "json"], env), "cluster status"))
             version = status["k8s_version"]
             pids = cluster_pids(status["dir"])
             rss, pss = memory(pids)
     finally:
         start = time.monotonic()
-        down = fakegpu(["cluster", "down", "--name", CLUSTER], env)
+        down = fakegpu(["cluster", "down", "--cluster", CLUSTER], env)
         down_s = time.monotonic() - start
         checked(down, "cluster down")
     return Run(nodes=nodes, topology=topology.name, mode=mode, up_s=round(up_s, 1),

@@ -206,7 +206,7 @@ def run_size(size: int, claims: int, work: Path) -> Size:
     topology = topology_for(size, work)
     load_before = load_average()
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "fakegpu", "cluster", "up", "--name", CLUSTER,
+    subprocess.run([sys.executable, "-m", "fakegpu", "cluster", "up", "--cluster", CLUSTER,
                     "--topology", str(topology), "--timeout", "300"], check=True,
                    stdout=subprocess.DEVNULL)
     up_s = time.monotonic() - started
@@ -231,7 +231,7 @@ def run_size(size: int, claims: int, work: Path) -> Size:
         out.load_after = load_average()
         return out
     finally:
-        subprocess.run([sys.executable, "-m", "fakegpu", "cluster", "down", "--name", CLUSTER],
+        subprocess.run([sys.executable, "-m", "fakegpu", "cluster", "down", "--cluster", CLUSTER],
                        check=False)
 
 

@@ -186,8 +186,8 @@ def plugin_process(root: Path, kubeconfig: Path, objects: Any, external: str | N
         topology = load_topology(FIXTURES / "hgx-h200.yaml")
         path = state.render(topology, node, root / "node.state")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
-             "--driver-name", DRIVER, "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node", node,
+             "--driver", DRIVER, "--kubeconfig", str(kubeconfig),
              "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
              "--no-slices"],
             env={**os.environ, **nvml.env(path)}, stdout=log, stderr=subprocess.STDOUT,

@@ -169,9 +169,9 @@ def test_claim_on_a_real_node_really_runs(
     assert env.get("NVIDIA_VISIBLE_DEVICES") == target.uuid
 
 
-def _cli(cluster: ClusterInfo, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "fakegpu", "cluster", "node", *args,
-                    "--name", cluster.name, "--provider", cluster.provider],
+def _cli(cluster: ClusterInfo, action: str, node: str) -> None:
+    subprocess.run([sys.executable, "-m", "fakegpu", "cluster", "node", action, "--node", node,
+                    "--cluster", cluster.name, "--provider", cluster.provider],
                    check=True, capture_output=True, text=True, timeout=300)
 
 

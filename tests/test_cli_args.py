@@ -80,12 +80,12 @@ def test_upgrade_plugin_refuses_a_version_that_is_no_name_before_anything(
     assert "plugin version" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", [["status"], ["status", "--format", "json"],
+@pytest.mark.parametrize("command", [["status"], ["status", "-o", "json"],
                                      ["logs", "--out", "OUT"]])
 def test_no_such_cluster_is_exit_2_from_every_command(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]) -> None:
     argv = ["cluster", *(str(tmp_path) if a == "OUT" else a for a in command),
-            "--name", "nosuch-harden"]
+            "--cluster", "nosuch-harden"]
     assert main(argv) == EXIT_INVALID
     assert "no cluster 'nosuch-harden'" in capsys.readouterr().err
 
@@ -98,7 +98,7 @@ def test_no_such_cluster_is_exit_2_from_every_command(
 ])
 def test_plugin_run_refuses_a_kubelet_root_it_cannot_use(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, root: str, why: str) -> None:
-    assert main(["plugin", "run", "--node-name", "n1", "--kubelet-root", root,
+    assert main(["plugin", "run", "--node", "n1", "--kubelet-root", root,
                  "--cdi-root", str(tmp_path / "cdi")]) == EXIT_INVALID
     err = capsys.readouterr().err
     assert err.startswith("fakegpu: --kubelet-root: ") and why in err

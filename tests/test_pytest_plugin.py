@@ -175,7 +175,7 @@ class FakeProvider:
         record("down", name)
 
     def down_command(self, name):
-        return f"fakegpu cluster down --name {name}"
+        return f"fakegpu cluster down --cluster {name}"
 
     def tag_images(self, name, names):
         if names:
@@ -462,7 +462,7 @@ def test_keep_cluster_leaves_it_up(pytester: pytest.Pytester, apiserver: FakeApi
     assert _calls(pytester) == [["status", "fakegpu-e2e"],
                                 ["up", "fakegpu-e2e", str(topology), None]]
     result.stdout.fnmatch_lines(["*left running (--fakegpu-keep-cluster)*fakegpu cluster down "
-                                 "--name fakegpu-e2e*"])
+                                 "--cluster fakegpu-e2e*"])
 
 
 def test_keep_cluster_reuses_a_healthy_running_cluster(pytester: pytest.Pytester,

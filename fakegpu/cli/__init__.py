@@ -41,13 +41,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Imported late: the command modules import add_verbose from this package.
-    from . import bandwidth, cluster, computedomain, conformance, kind, nvml, plugin, topology
+    from . import (
+        bandwidth,
+        cluster,
+        completion,
+        computedomain,
+        conformance,
+        kind,
+        nvml,
+        plugin,
+        topology,
+    )
     from . import fleet as fleet_cli
 
     for module in (topology, nvml, plugin, cluster, fleet_cli, kind, conformance, bandwidth,
-                   computedomain):
+                   computedomain, completion):
         module.register(sub)
+    for command in subcommands(parser):
+        if "--verbose" not in command._option_string_actions:
+            add_verbose(command)
     return parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below ``parser``, groups and leaves, each once (aliases share one)."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += [child, *subcommands(child)]
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +112,8 @@ def _closed_pipe() -> int:
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:
-    """Every command accepts -v after its name too (``fakegpu topology show -v F``)."""
+    """Every command accepts -v after its name too (``fakegpu topology show -v F``);
+    ``build_parser`` adds it to each one that did not."""
     parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="debug logging")
 

@@ -11,6 +11,7 @@ import argparse
 import math
 from pathlib import Path
 
+from fakegpu.cluster.names import validate_name
 from fakegpu.errors import InvalidInput
 from fakegpu.topology.packaged import DEFAULT, resolve_topology
 
@@ -57,5 +58,13 @@ def topology(text: str) -> Path:
     """A topology file or the name of a packaged one (``fakegpu topology list``)."""
     try:
         return resolve_topology(text)
+    except InvalidInput as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def cluster_name(text: str) -> str:
+    """The one cluster-name rule (a bad name exits 2 with the rule)."""
+    try:
+        return validate_name(text)
     except InvalidInput as err:
         raise argparse.ArgumentTypeError(str(err)) from None

@@ -11,7 +11,7 @@ from typing import Any
 from fakegpu.errors import EXIT_OK, InvalidInput, printable
 from fakegpu.fsutil import atomic_write, read_input
 
-from . import add_verbose, argtypes, show_help
+from . import add_verbose, argtypes, options, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,10 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                       "pod (one per node, rank order = node name order), "
                                       "passing each its peers' pod IPs; merge their rows.")
     add_verbose(run)
-    run.add_argument("--cluster", metavar="NAME", required=True,
-                     help="the fakegpu cluster (its kubeconfig and topology)")
-    run.add_argument("--provider", choices=("embedded", "kind"),
-                     help="the cluster's provider (default: the one that has it)")
+    options.add_cluster(run, required=True, type_=argtypes.cluster_name,
+                        help="the fakegpu cluster (its kubeconfig and topology)")
+    options.add_provider(run)
     run.add_argument("-f", "--filename", type=Path, default=None, metavar="MANIFEST",
                      help="apply this first (e.g. examples/gb200-bandwidth.yaml; fakegpu's "
                           "workload image gets the cluster's tag) and wait for its workers")
@@ -45,15 +44,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="node-to-node speed per GPU (default: the topology's network)")
     run.add_argument("--timeout", type=int, default=60, metavar="S",
                      help="how long rank 0 waits for the others (default 60)")
-    run.add_argument("--out", type=Path, required=True, metavar="RESULTS.json")
+    run.add_argument("--out", type=Path, required=True, metavar="RESULTS.json",
+                     help="where to write the merged results (JSON)")
     run.set_defaults(func=_run)
 
     rep = cmds.add_parser("report", help="draw a results file as a heatmap + markdown table",
                           description="Draw the GPU-by-GPU matrix of RESULTS.json as a heatmap "
                                       "(nodes marked) and write it as a markdown table.")
     add_verbose(rep)
-    rep.add_argument("results", type=Path, metavar="RESULTS.json")
-    rep.add_argument("--out", type=Path, required=True, metavar="HEATMAP.png")
+    rep.add_argument("results", type=Path, metavar="RESULTS.json",
+                     help="the results `fakegpu bandwidth run` wrote")
+    rep.add_argument("--out", type=Path, required=True, metavar="HEATMAP.png",
+                     help="where to write the heatmap (PNG)")
     rep.add_argument("--table", type=Path, default=None, metavar="TABLE.md",
                      help="the markdown table (default: --out with .md)")
     rep.add_argument("--title", default=None, help="the heatmap's title")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -13,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from fakegpu import drivers
-from fakegpu.cluster.names import validate_name
-from fakegpu.errors import EXIT_INVALID, FakegpuError
+from fakegpu.errors import EXIT_INVALID, FakegpuError, InvalidInput
 from fakegpu.topology.packaged import default_topology
 
-from . import add_verbose, argtypes, show_help
+from . import add_verbose, argtypes, options, show_help
 
 if TYPE_CHECKING:
     from fakegpu.cluster.provider import ClusterInfo, Clusters
@@ -34,12 +32,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                          "host processes, no containers).")
     cmds = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
 
-    def name_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--name", default=DEFAULT_NAME, type=_cluster_name,
-                       help="cluster name (default: %(default)s)")
-        p.add_argument("--provider", choices=("embedded", "kind"), default="embedded",
-                       help="embedded: host processes; kind: Docker containers "
-                            "(default: %(default)s)")
+    def name_arg(p: argparse.ArgumentParser, *, creates: bool = False,
+                 positional: bool = False) -> None:
+        # A command that creates a cluster makes it on the embedded provider unless told;
+        # any other finds the cluster on whichever provider has it.
+        options.add_cluster(p, default=DEFAULT_NAME, type_=argtypes.cluster_name,
+                            positional=positional)
+        options.add_provider(p, default="embedded" if creates else None)
         add_verbose(p)
 
     up = cmds.add_parser("up", help="create a cluster and wait until it is ready",
@@ -54,17 +53,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     help="on failure keep everything for debugging (remove it with down)")
     up.add_argument("--timeout", type=argtypes.seconds, default=180.0, metavar="SECONDS",
                     help="limit for each readiness wait (default: %(default)s)")
-    up.add_argument("--driver", choices=tuple(drivers.CHOICES), default=drivers.DEFAULT_KEY,
-                    help=f"fakegpu: driver {drivers.FAKEGPU}; nvidia: NVIDIA-compatible, driver "
-                         f"{drivers.NVIDIA} with NVIDIA's DeviceClasses ({drivers.NVIDIA}, "
-                         f"{drivers.mig_class(drivers.NVIDIA)}) and nvidia.com/gpu "
-                         "(default: %(default)s)")
+    options.add_driver(up, help=f"the plugins' driver: {options.KEY_HELP} and nvidia.com/gpu")
     up.add_argument("--image-alias", action="append", default=[], metavar="NAME:TAG",
                     help="also name the workload image NAME:TAG on every node (repeatable), "
                          "so manifests naming e.g. ubuntu:22.04 run on nodes that cannot "
                          "pull (docs/cluster.md#offline-image-names)")
     _plugin_options(up)
-    name_arg(up)
+    name_arg(up, creates=True)
     up.set_defaults(func=_up)
 
     down = cmds.add_parser("down", help="remove a cluster and everything it made (idempotent)")
@@ -72,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     down.set_defaults(func=_down)
 
     status = cmds.add_parser("status", help="describe a cluster (exit 2 when there is none)")
-    status.add_argument("--format", choices=("text", "json"), default="text")
+    options.add_output(status, table="the summary for people")
     name_arg(status)
     status.set_defaults(func=_status)
 
@@ -87,7 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                   "simulated node: NotReady, its ResourceSlices withdrawn)"),
                          ("start", "start a stopped node and wait until it is Ready")):
         p = node_cmds.add_parser(action, help=text)
-        p.add_argument("node", help="node name (as in the topology)")
+        options.add_node(p, help="the worker's name (as in the topology)", positional=True)
         name_arg(p)
         p.set_defaults(func=_node_stop if action == "stop" else _node_start)
     node.set_defaults(func=show_help(node))
@@ -100,7 +95,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "sequential stops the old one first (maxUnavailable 1). Exit 1 when a new "
                     "instance never becomes ready: the rollout stops there and the previous "
                     "version keeps serving; upgrading to that version again rolls back.")
-    upgrade.add_argument("cluster", metavar="NAME", type=_cluster_name, help="the cluster")
     to = upgrade.add_mutually_exclusive_group(required=True)
     to.add_argument("--to", dest="plugin_version", metavar="VERSION",
                     help="the version to roll to (embedded: the plugin's version stamp; "
@@ -112,12 +106,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     upgrade.add_argument("--strategy", choices=("surge", "sequential"), default="surge",
                          help="surge: maxSurge 1 / maxUnavailable 0; sequential: maxSurge 0 / "
                               "maxUnavailable 1 (default: %(default)s)")
-    upgrade.add_argument("--provider", choices=("embedded", "kind"), default="embedded",
-                         help="the cluster's provider (default: %(default)s)")
     upgrade.add_argument("--timeout", type=argtypes.seconds, default=120.0, metavar="SECONDS",
                          help="how long each node's new instance may take to become ready "
                               "(default: %(default)s)")
-    add_verbose(upgrade)
+    name_arg(upgrade, positional=True)
     upgrade.set_defaults(func=_upgrade_plugin)
 
     _add_binaries_commands(cmds)
@@ -129,8 +121,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                       "and show how to use the cluster.")
     demo.add_argument("--topology", type=argtypes.topology, default=None,
                       metavar="NAME|FILE", help=argtypes.TOPOLOGY_HELP)
-    demo.add_argument("--k8s-version", default=None, metavar="1.N")
-    name_arg(demo)
+    demo.add_argument("--k8s-version", default=None, metavar="1.N",
+                      help="Kubernetes minor (default: the newest supported)")
+    name_arg(demo, creates=True)
     demo.set_defaults(func=_demo)
 
 
@@ -157,16 +150,6 @@ def _plugin_options(up: argparse.ArgumentParser) -> None:
                    help="run it beside fakegpu's plugin instead of in its place")
 
 
-def _cluster_name(text: str) -> str:
-    """argparse type: the one cluster-name rule (a bad name exits 2 with the rule)."""
-    from fakegpu.errors import InvalidInput
-
-    try:
-        return validate_name(text)
-    except InvalidInput as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def _add_binaries_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # `fakegpu cluster binaries ...` belongs to the binaries concern; absent until it lands.
     try:
@@ -182,9 +165,12 @@ def _console() -> Console:
 
 def _provider(args: argparse.Namespace, console: Console, *, retain: bool = False
               ) -> Clusters:
-    from fakegpu.cluster import get_provider
+    from fakegpu.cluster import get_provider, provider_of
 
-    return get_provider(getattr(args, "provider", "embedded"), console=console,
+    # No --provider: the one that has a cluster of that name, else the embedded one (whose
+    # down is a no-op and status None for a cluster that is nowhere).
+    name = args.provider or provider_of(args.cluster) or "embedded"
+    return get_provider(name, console=console,
                         timeout=float(getattr(args, "timeout", 180.0)), retain=retain)
 
 
@@ -212,7 +198,7 @@ def _up(args: argparse.Namespace) -> int:
     provider = _provider(args, console, retain=args.retain)
     start = time.monotonic()
     # A bad alias name exits 2 before bring-up (the lifecycle checks the spec first).
-    info = provider.up(args.name, topology, args.k8s_version, **_settings(args))
+    info = provider.up(args.cluster, topology, args.k8s_version, **_settings(args))
     sim = info.extra.get("simulated_nodes")
     console.print(f"[bold green]cluster {info.name!r} is ready[/] "
                   f"({len(info.nodes)} nodes{f' + {sim} simulated' if sim else ''}, "
@@ -232,23 +218,25 @@ def _print_usage(console: Console, info: Any, down: str) -> None:
 
 def _down(args: argparse.Namespace) -> int:
     console = _console()
-    with console.status(f"removing cluster {args.name!r} ..."):
-        _provider(args, console).down(args.name)
-    console.print(f"cluster {args.name!r} removed (or was not there)")
+    with console.status(f"removing cluster {args.cluster!r} ..."):
+        _provider(args, console).down(args.cluster)
+    console.print(f"cluster {args.cluster!r} removed (or was not there)")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    info = _provider(args, _console()).status(args.name)
+    info = _provider(args, _console()).status(args.cluster)
     if info is None:
-        if args.format == "json":
+        if args.output != "table":
             print("null")
         # Exit 2, as every command naming a cluster that is not there (README's exit codes).
-        print(f"fakegpu: no cluster {args.name!r}", file=sys.stderr)
+        print(f"fakegpu: no cluster {args.cluster!r}", file=sys.stderr)
         return EXIT_INVALID
-    if args.format == "json":
-        print(json.dumps(info.to_json(), indent=2))
-        return 0
+    options.emit(info.to_json(), args.output, lambda: _status_table(info))
+    return 0
+
+
+def _status_table(info: ClusterInfo) -> None:
     print(f"cluster     {info.name} ({info.provider}, Kubernetes {info.k8s_version}, "
           f"{info.extra.get('phase')})")
     print(f"kubeconfig  {info.kubeconfig}")
@@ -263,11 +251,10 @@ def _status(args: argparse.Namespace) -> int:
               f"{'running' if n.running else 'STOPPED'}")
     if info.extra.get("simulated_nodes"):
         print(f"simulated   {info.extra['simulated_nodes']} nodes (KWOK, fleet slice publisher)")
-    return 0
 
 
 def _logs(args: argparse.Namespace) -> int:
-    written = _provider(args, _console()).logs(args.name, args.out)
+    written = _provider(args, _console()).logs(args.cluster, args.out)
     print(f"{len(written)} files written to {args.out}")
     return 0
 
@@ -281,11 +268,13 @@ def _node_start(args: argparse.Namespace) -> int:
 
 
 def _node(args: argparse.Namespace, doing: str, done: str) -> int:
+    if not args.node:
+        raise InvalidInput("--node NAME is required (a worker of the cluster)")
     console = _console()
     provider = _provider(args, console)
     act = provider.stop_node if doing == "stopping" else provider.start_node
     with console.status(f"{doing} node {args.node} ..."):
-        act(args.name, args.node)
+        act(args.cluster, args.node)
     console.print(f"node {args.node} {done}")
     return 0
 
@@ -350,7 +339,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     console = _console()
     provider = _provider(args, console)
-    name = args.name
+    name = args.cluster
     if provider.healthy(name):
         console.print(f"reusing the running cluster {name!r}")
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 from fakegpu.computedomain.names import Names
 from fakegpu.errors import InvalidInput
 
-from . import add_verbose, argtypes, show_help
+from . import add_verbose, argtypes, options, show_help
 
 DEFAULT_DOMAIN = "fakegpu.dev"
 
@@ -58,8 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plug = cmds.add_parser("plugin", help="run the compute-domain kubelet plugin on this node",
                            description="Publish IMEX channels and a daemon device; prepare "
                                        "channel and daemon claims.")
-    plug.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
-                      help="this node's name (default: $NODE_NAME)")
+    options.add_node(plug, dest="node_name", default=os.environ.get("NODE_NAME", ""),
+                     help="this node's name (default: $NODE_NAME)", old=("--node-name",))
     _domain_arg(plug)
     plug.add_argument("--kubeconfig", type=Path, default=None,
                       help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
@@ -76,13 +76,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dmn = cmds.add_parser("daemon", help="the fake IMEX daemon (started by the plugin)",
                           description="One node's IMEX daemon of one ComputeDomain.")
     _domain_arg(dmn)
-    dmn.add_argument("--domain-uid", required=True)
-    dmn.add_argument("--node", required=True)
-    dmn.add_argument("--pod-namespace", required=True)
-    dmn.add_argument("--pod-name", required=True)
+    dmn.add_argument("--domain-uid", required=True, metavar="UID",
+                     help="the ComputeDomain's UID")
+    dmn.add_argument("--node", required=True, metavar="NAME", help="this node's name")
+    dmn.add_argument("--pod-namespace", required=True, metavar="NAMESPACE",
+                     help="the daemon pod's namespace")
+    dmn.add_argument("--pod-name", required=True, metavar="NAME", help="the daemon pod's name")
     dmn.add_argument("--claim-uid", default="", help="the daemon claim (names this process)")
     dmn.add_argument("--state-dir", default="", help="the plugin's (names this process)")
-    dmn.add_argument("--kubeconfig", type=Path, default=None)
+    dmn.add_argument("--kubeconfig", type=Path, default=None,
+                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
     add_verbose(dmn)
     dmn.set_defaults(func=_daemon)
 
@@ -106,7 +109,7 @@ def _plugin(args: argparse.Namespace) -> int:
     from fakegpu.computedomain.plugin import run
 
     if not args.node_name:
-        raise InvalidInput("--node-name is required (or set NODE_NAME)")
+        raise InvalidInput("--node is required (or set NODE_NAME)")
     return run(_names(args.domain).driver, args.node_name, args.kubeconfig,
                args.kubelet_root, args.cdi_root, args.state_dir)
 

@@ -28,7 +28,7 @@ from fakegpu.errors import (
     printable,
 )
 
-from . import add_verbose
+from . import add_verbose, options
 
 # pytest's exit codes (pytest.ExitCode, not imported: pytest is an optional dependency).
 _PYTEST_OK, _PYTEST_FAILED, _PYTEST_INTERRUPTED = 0, 1, 2
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "Kubernetes API and what its pods see (docs/conformance.md).")
     add_verbose(p)
     p.add_argument("--kubeconfig", type=Path, required=True, help="the cluster's kubeconfig")
-    p.add_argument("--driver", required=True, metavar="NAME", help="the DRA driver's name")
+    options.add_driver(p, any_name=True, default=None, required=True)
     p.add_argument("--device-class", default=None, metavar="CLASS",
                    help="a DeviceClass of the driver's devices (default: the capabilities "
                         "file's deviceClass, else the driver's name)")

@@ -16,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fakegpu import drivers
-from fakegpu.cli import argtypes
+from fakegpu.cli import argtypes, options
 from fakegpu.errors import EXIT_OK, InvalidInput
 
 
@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = cmds.add_parser("run", help="create the simulated Nodes; run KWOK and the slice "
                                       "publisher until interrupted")
     common(run)
-    run.add_argument("--driver", choices=tuple(drivers.CHOICES), default=drivers.DEFAULT_KEY,
-                     help=f"publish as {drivers.FAKEGPU} or, NVIDIA-compatible, {drivers.NVIDIA}")
+    options.add_driver(run, help=f"publish as {drivers.FAKEGPU} (fakegpu) or, "
+                                 f"NVIDIA-compatible, {drivers.NVIDIA} (nvidia)")
     run.add_argument("--state-dir", type=Path, default=None,
                      help="where the simulated nodes' NVML state files live (default: a new "
                           "temporary directory); `fakegpu fault inject --state` edits them")

@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     img.set_defaults(func=_image)
 
     cfg = cmds.add_parser("config", help="print the kind config for a minor and topology")
-    cfg.add_argument("--k8s-version", default=None, metavar="1.N")
+    cfg.add_argument("--k8s-version", default=None, metavar="1.N",
+                     help="Kubernetes minor (default: the newest supported)")
     cfg.add_argument("--topology", type=argtypes.topology, default=None,
                      metavar="NAME|FILE", help=argtypes.TOPOLOGY_HELP)
     cfg.add_argument("--image", default=None, help="node image to name in the config")

@@ -13,10 +13,12 @@ from pathlib import Path
 from fakegpu.cli import argtypes
 from fakegpu.errors import EXIT_OK, FakegpuError, InvalidInput, printable
 
+GPU_HELP = "the GPU's index on the node (as nvidia-smi numbers it)"
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
-    from fakegpu.cli import add_verbose, show_help
+    from fakegpu.cli import add_verbose, options, show_help
 
     nvml = sub.add_parser("nvml", help="the fake libnvidia-ml.so.1 and its per-node state",
                           description="Point NVML clients at a fake node.")
@@ -50,16 +52,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     kinds = "xid VALUE | ecc-dbe | gpu-lost | nvlink-down LINK | fabric-degraded"
     inject = fcmds.add_parser("inject", help=f"inject a fault: {kinds}")
     _node_args(inject, cluster=True)
-    inject.add_argument("--gpu", type=int, required=True, metavar="INDEX")
+    inject.add_argument("--gpu", type=int, required=True, metavar="INDEX", help=GPU_HELP)
     inject.add_argument("kind", metavar="KIND", help=kinds)
-    inject.add_argument("value", nargs="?", type=int, metavar="VALUE")
+    inject.add_argument("value", nargs="?", type=int, metavar="VALUE",
+                        help="the XID code (xid) or the link index (nvlink-down)")
     add_verbose(inject)
     inject.set_defaults(func=_inject)
     clear = fcmds.add_parser("clear", help="clear one kind of fault, or all of a GPU's faults")
     _node_args(clear, cluster=True)
-    clear.add_argument("--gpu", type=int, required=True, metavar="INDEX")
-    clear.add_argument("kind", nargs="?", metavar="KIND")
-    clear.add_argument("value", nargs="?", type=int, metavar="VALUE")
+    clear.add_argument("--gpu", type=int, required=True, metavar="INDEX", help=GPU_HELP)
+    clear.add_argument("kind", nargs="?", metavar="KIND",
+                       help=f"the kind of fault to clear: {kinds} (default: every fault)")
+    clear.add_argument("value", nargs="?", type=int, metavar="VALUE",
+                       help="only that XID code or link index")
     add_verbose(clear)
     clear.set_defaults(func=_clear)
 
@@ -67,9 +72,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          description="List GPUs, MIG devices and the NVLink matrix as NVML "
                                      "reports them (default: $FAKEGPU_NVML_STATE).")
     _node_args(smi, required=False, cluster=True)
-    smi.add_argument("-o", "--output", "--format", dest="output", choices=("table", "json"),
-                     default="table",
-                     help="table: the summary, fitted to the terminal; json: the same data")
+    options.add_output(smi, table="the summary, fitted to the terminal")
     add_verbose(smi)
     smi.set_defaults(func=_smi)
 
@@ -82,10 +85,11 @@ def _node_args(parser: argparse.ArgumentParser, required: bool = True,
     parser.add_argument("--state", metavar="PATH",
                         help="state file (with --topology: where to render it)")
     if cluster:
-        parser.add_argument("--cluster", metavar="NAME",
+        from fakegpu.cli import options
+
+        options.add_cluster(parser, type_=argtypes.cluster_name,
                             help="a running cluster: act on its node --node, on any provider")
-        parser.add_argument("--provider", choices=("embedded", "kind"),
-                            help="the cluster's provider (default: the one that has it)")
+        options.add_provider(parser)
     parser.set_defaults(_node_required=required)
 
 
@@ -211,9 +215,7 @@ def _smi(args: argparse.Namespace) -> int:
                                f"{printable(remote.stdout[:200])}") from None
     else:
         view = smi.read(_existing_state(args))
-    if args.output == "json":
-        json.dump(view, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        smitable.render(view, sys.stdout)
+    from fakegpu.cli import options
+
+    options.emit(view, args.output, lambda: smitable.render(view, sys.stdout))
     return EXIT_OK

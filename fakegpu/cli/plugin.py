@@ -10,7 +10,7 @@ from pathlib import Path
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 
-from . import add_verbose, argtypes, show_help
+from . import add_verbose, argtypes, options, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,14 +25,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Register with the kubelet, publish this node's GPUs as ResourceSlices "
                     "and prepare claims as CDI specs. Stops gracefully on SIGTERM: an instance "
                     "that is the last of its driver on the node also deletes its slices.")
-    run.add_argument("--node-name", default=os.environ.get("NODE_NAME", ""),
-                     help="this node's name, also the pool name (default: $NODE_NAME)")
-    run.add_argument("--driver-name", default=None,
-                     help=f"DRA driver name (default: {drivers.DEFAULT}, or {drivers.NVIDIA} "
-                          "with --nvidia-compatible)")
-    run.add_argument("--nvidia-compatible", action="store_true",
-                     help=f"act as NVIDIA's driver: name {drivers.NVIDIA}, so its DeviceClass "
-                          "and CEL selectors work unchanged")
+    options.add_node(run, dest="node_name", default=os.environ.get("NODE_NAME", ""),
+                     help="this node's name, also the pool name (default: $NODE_NAME)",
+                     old=("--node-name",))
+    options.add_driver(run, any_name=True, dest="driver_name", default=drivers.DEFAULT,
+                       help=f"the DRA driver name to register as; nvidia ({drivers.NVIDIA}) "
+                            "acts as NVIDIA's driver, so its DeviceClasses and CEL selectors "
+                            "work unchanged; fakegpu stands for %(default)s",
+                       old=("--driver-name",))
+    _nvidia_compatible(run, "driver_name", drivers.NVIDIA)
     run.add_argument("--dynamic-mig", action="store_true",
                      help="NVIDIA's DynamicMIG: publish every MIG-capable GPU whole and as every "
                           "placement of every MIG profile (partitionable devices sharing a "
@@ -79,13 +80,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                               description="Print the driver's DeviceClasses (GPU and MIG), "
                                           "the ones the Helm chart and the embedded cluster "
                                           "install.")
-    classes.add_argument("--nvidia-compatible", action="store_true",
-                         help=f"{drivers.NVIDIA} / {drivers.mig_class(drivers.NVIDIA)} instead "
-                              f"of {drivers.FAKEGPU} / {drivers.mig_class(drivers.FAKEGPU)}")
+    options.add_driver(classes, help=f"whose DeviceClasses: fakegpu: {drivers.FAKEGPU} / "
+                                     f"{drivers.mig_class(drivers.FAKEGPU)}; nvidia: "
+                                     f"{drivers.NVIDIA} / {drivers.mig_class(drivers.NVIDIA)}")
+    _nvidia_compatible(classes, "driver", drivers.NVIDIA_KEY)
     add_verbose(classes)
     classes.set_defaults(func=_deviceclass)
 
     plugin.set_defaults(func=show_help(plugin))
+
+
+def _nvidia_compatible(parser: argparse.ArgumentParser, dest: str, nvidia: str) -> None:
+    # The old spelling of --driver nvidia, hidden.
+    parser.add_argument("--nvidia-compatible", dest=dest, action="store_const", const=nvidia,
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -97,11 +105,8 @@ def _run(args: argparse.Namespace) -> int:
         stamp = version.current()
         print(stamp.version + (" (broken: never becomes ready)" if stamp.broken else ""))
         return 0
-    driver = args.driver_name or (drivers.NVIDIA if args.nvidia_compatible else drivers.DEFAULT)
-    if args.nvidia_compatible and not drivers.is_nvidia(driver):
-        raise InvalidInput(f"--nvidia-compatible means driver {drivers.NVIDIA}, not {driver}")
     return run(Options(
-        node_name=args.node_name, driver_name=driver, kubeconfig=args.kubeconfig,
+        node_name=args.node_name, driver_name=args.driver_name, kubeconfig=args.kubeconfig,
         kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
         state_dir=args.state_dir, write_status=args.write_status,
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
@@ -127,6 +132,6 @@ def _deviceclass(args: argparse.Namespace) -> int:
 
     from fakegpu.deploy.manifests import Install, device_classes
 
-    driver = drivers.NVIDIA if args.nvidia_compatible else drivers.DEFAULT
+    driver = drivers.by_key(args.driver)
     sys.stdout.write(yaml.safe_dump_all(device_classes(Install(driver=driver)), sort_keys=False))
     return 0

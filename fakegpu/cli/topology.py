@@ -4,7 +4,6 @@ what they describe. Each takes a packaged topology's name where it takes a file.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from fakegpu.errors import EXIT_INVALID, EXIT_OK, InvalidInput, printable
@@ -18,7 +17,7 @@ from fakegpu.topology.render import to_json, to_table
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
     # Imported here, as fakegpu.cli imports the command modules.
-    from fakegpu.cli import add_verbose, show_help
+    from fakegpu.cli import add_verbose, options, show_help
 
     parser = sub.add_parser("topology", help="list, validate and show topologies",
                             description="Validate and show fake GPU cluster topologies.")
@@ -30,6 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "list", help="the topologies fakegpu ships (use their names after --topology)",
         description="List the packaged topologies: name and a one-line description. A name "
                     "works wherever a topology file does.")
+    options.add_output(listing, table="one line each")
     add_verbose(listing)
     listing.set_defaults(func=_list)
 
@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "path", help="print the file a packaged name (or a path) stands for",
         description="Print the topology file NAME|FILE resolves to, e.g. for "
                     "helm --set-file topology=\"$(fakegpu topology path gb200-mini)\".")
-    where.add_argument("topology", metavar="NAME|FILE")
+    where.add_argument("topology", metavar="NAME|FILE",
+                       help="a packaged topology's name or a topology YAML")
     add_verbose(where)
     where.set_defaults(func=_path)
 
@@ -45,24 +46,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "validate", help="check topology files (exit 2 and one line per problem if invalid)",
         description="Check topology files; print one line per problem and exit 2 if any "
                     "is invalid.")
-    validate.add_argument("files", nargs="+", metavar="NAME|FILE")
+    validate.add_argument("files", nargs="+", metavar="NAME|FILE",
+                          help="packaged topologies' names or topology YAMLs")
     add_verbose(validate)
     validate.set_defaults(func=_validate)
 
     show = commands.add_parser("show", help="print the GPUs and NVLinks a topology describes",
                                description="Print a topology as nvidia-smi -L and topo -m "
                                            "would, or as JSON.")
-    show.add_argument("file", metavar="NAME|FILE")
-    show.add_argument("--format", choices=("table", "json"), default="table")
+    show.add_argument("file", metavar="NAME|FILE",
+                      help="a packaged topology's name or a topology YAML")
+    options.add_output(show, table="as nvidia-smi -L and topo -m")
     add_verbose(show)
     show.set_defaults(func=_show)
 
 
 def _list(args: argparse.Namespace) -> int:
+    from fakegpu.cli import options
+
     shipped = packaged.packaged()
-    width = max(len(p.name) for p in shipped)
-    for p in shipped:
-        print(f"{p.name:<{width}}  {p.description}")
+
+    def table() -> None:
+        width = max(len(p.name) for p in shipped)
+        for p in shipped:
+            print(f"{p.name:<{width}}  {p.description}")
+
+    options.emit([{"name": p.name, "description": p.description} for p in shipped],
+                 args.output, table)
     return EXIT_OK
 
 
@@ -98,9 +108,7 @@ def _show(args: argparse.Namespace) -> int:
     topology = _load(args.file)
     if topology is None:
         return EXIT_INVALID
-    if args.format == "json":
-        json.dump(to_json(topology), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(to_table(topology))
+    from fakegpu.cli import options
+
+    options.emit(to_json(topology), args.output, lambda: sys.stdout.write(to_table(topology)))
     return EXIT_OK

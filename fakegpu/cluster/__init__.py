@@ -39,23 +39,39 @@ def get_provider(name: str = "embedded", *, console: Console | None = None,
     pull nothing but start systemd); ``retain`` keeps a cluster whose bring-up failed. What
     a new cluster is (driver, another vendor's plugin, image aliases) is said to ``up``."""
     from fakegpu.cluster.lifecycle import Lifecycle
+
+    return Lifecycle(_provider(name, console, timeout), console, retain=retain)
+
+
+def _provider(name: str, console: Console | None, timeout: float | None) -> Provider:
     from fakegpu.cluster.process import WaitPolicy
 
-    provider: Provider
     if name == "embedded":
         from fakegpu.cluster.embedded.provider import EmbeddedProvider
 
         policy = WaitPolicy(timeout=timeout) if timeout is not None else None
-        provider = EmbeddedProvider(console, policy=policy)
-    elif name == "kind":
+        return EmbeddedProvider(console, policy=policy)
+    if name == "kind":
         from fakegpu.cluster.kind.provider import KindProvider
 
         policy = WaitPolicy(timeout=max(timeout, 300.0)) if timeout is not None else None
-        provider = KindProvider(console, policy=policy)
-    else:
-        raise InvalidInput(f"unknown cluster provider {name!r} (known: {', '.join(PROVIDERS)})")
-    return Lifecycle(provider, console, retain=retain)
+        return KindProvider(console, policy=policy)
+    raise InvalidInput(f"unknown cluster provider {name!r} (known: {', '.join(PROVIDERS)})")
+
+
+def provider_of(name: str) -> str | None:
+    """The provider that has a cluster called ``name`` (a leftover counts), None when none
+    has; InvalidInput when more than one has (then ``--provider`` must say which).
+
+    Each provider answers for itself (``Provider.exists``): embedded from its state
+    directory, kind from its state or ``kind get clusters`` (asked only when kind and a
+    Docker daemon are there: a host without them has no kind cluster)."""
+    found = [p for p in PROVIDERS if _provider(p, None, None).exists(name)]
+    if len(found) > 1:
+        raise InvalidInput(f"cluster {name!r} exists on providers {' and '.join(found)}: "
+                           "name one with --provider")
+    return found[0] if found else None
 
 
 __all__ = ["DRIVERS", "ClusterInfo", "Clusters", "NodeInfo", "Provider", "driver_name",
-           "get_provider"]
+           "get_provider", "provider_of"]

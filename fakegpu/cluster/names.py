@@ -28,4 +28,4 @@ def validate_name(name: str) -> str:
 def down_command(name: str, provider: str = "embedded") -> str:
     """The command that removes cluster ``name`` of ``provider``: every hint spells it so."""
     flag = "" if provider == "embedded" else f" --provider {provider}"
-    return f"fakegpu cluster down{flag} --name {name}"
+    return f"fakegpu cluster down{flag} --cluster {name}"

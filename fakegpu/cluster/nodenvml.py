@@ -18,18 +18,15 @@ if TYPE_CHECKING:
 
 
 def find(name: str, provider: str | None = None) -> Lifecycle:
-    """The provider running cluster ``name`` (``provider`` if given); InvalidInput if none."""
-    from fakegpu.cluster import PROVIDERS, get_provider
+    """The provider running cluster ``name`` (``provider`` if given, else the one that has
+    it: ``provider_of``); InvalidInput if there is none."""
+    from fakegpu.cluster import get_provider, provider_of
 
-    candidates = (provider,) if provider else PROVIDERS
-    found = [p for p in candidates if get_provider(p).status(name) is not None]
-    if not found:
+    found = provider or provider_of(name)
+    if found is None or get_provider(found).status(name) is None:
         where = f"provider {provider}" if provider else "any provider"
         raise InvalidInput(f"no cluster {name!r} on {where} (see `fakegpu cluster status`)")
-    if len(found) > 1:
-        raise InvalidInput(f"cluster {name!r} exists on providers {', '.join(found)}: "
-                           "name one with --provider")
-    return get_provider(found[0])
+    return get_provider(found)
 
 
 def run(name: str, node: str, args: Sequence[str], provider: str | None = None

@@ -23,7 +23,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"fakegpu compute-domain entrypoint: {err}", file=sys.stderr)
         return err.exit_code
     fakegpu = str(Path(sys.executable).with_name("fakegpu"))
-    args = [fakegpu, "computedomain", "plugin", "--node-name", node, *argv]
+    args = [fakegpu, "computedomain", "plugin", "--node", node, *argv]
     print(f"fakegpu compute-domain entrypoint: node {node}; exec {' '.join(args)}",
           file=sys.stderr, flush=True)
     os.execve(fakegpu, args, env)  # PID 1's replacement: SIGTERM reaches the plugin

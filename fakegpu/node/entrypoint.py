@@ -97,7 +97,7 @@ def main(argv: Sequence[str]) -> int:
         return err.exit_code
     # exec, not a child: the plugin is PID 1's replacement and gets SIGTERM from the kubelet.
     fakegpu = str(Path(sys.executable).with_name("fakegpu"))
-    args = [fakegpu, "plugin", "run", "--node-name", node, *argv]
+    args = [fakegpu, "plugin", "run", "--node", node, *argv]
     print(f"fakegpu entrypoint: node {node}, NVML state {env['FAKEGPU_NVML_STATE']}; "
           f"exec {' '.join(args)}", file=sys.stderr, flush=True)
     os.execve(fakegpu, args, env)

@@ -31,7 +31,7 @@ from fakegpu.topology.model import (
 )
 
 MAGIC = b"FAKEGPU\0"
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3  # 3: idle_sm_clock_mhz (was padding), H200 facts read 2026-12-04
 MAX_GPUS = 256
 MAX_LINKS = 36
 MAX_PROFILES = 16
@@ -59,9 +59,11 @@ REMOTE_TYPES = {RemoteType.GPU: 0, RemoteType.SWITCH: 2}
 NVSWITCH_PCI_DEVICE_ID = 0x22A3  # NVSwitch gen 3 (uncertain for gen 4); vendor 0x10de added
 NVIDIA_VENDOR = 0x10DE
 # nvmlDeviceAddressingModeType_t. ATS needs a cache-coherent link to the CPU (NVLink-C2C to
-# Grace); x86 hosts mirror CPU page tables in software (HMM, open kernel modules on a recent
-# kernel). Products that only ship on a Grace host, by catalog key:
-ADDRESSING_HMM, ADDRESSING_ATS = 1, 2
+# Grace). On x86 the driver can mirror CPU page tables in software (HMM), but only where the
+# kernel offers it: a real H200 on an x86 host (driver 580.159.04, open kernel modules, Linux
+# 6.18) answered NONE, so x86 parts answer NONE (docs/fidelity.md). Products that only ship on
+# a Grace host, by catalog key:
+ADDRESSING_NONE, ADDRESSING_HMM, ADDRESSING_ATS = 0, 1, 2
 GRACE_HOSTED = frozenset({"GB200"})
 # compute slices -> NVML_COMPUTE_INSTANCE_PROFILE_*
 CI_PROFILES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
@@ -121,7 +123,7 @@ class GpuStatic(ctypes.Structure):
         ("mig_memory_slices", ctypes.c_uint32), ("mig_compute_slices", ctypes.c_uint32),
         ("mig_max_gpu_instances", ctypes.c_uint32), ("profile_count", ctypes.c_uint32),
         ("profiles", Profile * MAX_PROFILES), ("addressing_mode", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("idle_sm_clock_mhz", ctypes.c_uint32),
     ]
 
 
@@ -293,6 +295,9 @@ def gpu_record(topology: Topology, node: Node, gpu: Gpu) -> GpuRecord:
     """One GPU as the library reads it."""
     rec = GpuRecord()
     s, d = rec.s, rec.d
+    # Persistence on, as nvidia-persistenced leaves a data-center GPU (a real H200 read with
+    # driver 580.159.04 answered enabled).
+    d.persistence_mode = 1
     p = gpu.product
     s.index, s.minor, s.module_id, s.numa_node = gpu.index, gpu.minor, gpu.module_id, gpu.numa_node
     s.name = _text(p.name, STR, "GPU name")
@@ -305,7 +310,8 @@ def gpu_record(topology: Topology, node: Node, gpu: Gpu) -> GpuRecord:
     s.brand = BRANDS.get(p.brand.upper().replace(" ", "_"), 0)
     s.cc_major, s.cc_minor = p.cuda_compute_capability
     s.memory_total = p.memory_mib * MIB
-    s.memory_reserved = min(RESERVED_MIB, p.memory_mib // 16) * MIB
+    s.memory_reserved = (p.memory_reserved_bytes if p.memory_reserved_bytes is not None
+                         else min(RESERVED_MIB, p.memory_mib // 16) * MIB)
     s.pci_domain, s.pci_bus = gpu.pci.domain, gpu.pci.bus
     s.pci_device, s.pci_function = gpu.pci.device, gpu.pci.function
     s.pci_device_id = (p.pci_device_id << 16) | NVIDIA_VENDOR
@@ -313,6 +319,7 @@ def gpu_record(topology: Topology, node: Node, gpu: Gpu) -> GpuRecord:
     s.sm_count = p.sm_count
     s.power_limit_mw = p.power_limit_mw
     s.max_sm_clock_mhz, s.max_mem_clock_mhz = p.max_sm_clock_mhz, p.max_mem_clock_mhz
+    s.idle_sm_clock_mhz = p.idle_sm_clock_mhz or 0
     s.nvlink_version = p.nvlink.generation if p.nvlink else 0
     link_count = max((link.link + 1 for link in gpu.nvlinks), default=0)
     if link_count > MAX_LINKS:
@@ -332,13 +339,18 @@ def gpu_record(topology: Topology, node: Node, gpu: Gpu) -> GpuRecord:
         r.remote_node = _text(link.remote_node, 64, "node name")
         if link.state is LinkState.DOWN:
             d.link_down_mask |= 1 << link.link
-    s.addressing_mode = ADDRESSING_ATS if p.key in GRACE_HOSTED else ADDRESSING_HMM
+    s.addressing_mode = ADDRESSING_ATS if p.key in GRACE_HOSTED else ADDRESSING_NONE
     if gpu.fabric is None and _on_node_nvswitch(p.architecture, node, gpu):
         # NVSwitch systems (DGX/HGX H100, H200, B200): the fabric manager trains the node's
         # switches and the GPU reports a completed fabric with no cluster (all-zero UUID,
         # clique 0), which NVIDIA's driver reads as "NVLink, but not multi-node".
         s.fabric_present = 1
         s.fabric_state = FABRIC_STATES[FabricState.COMPLETED]
+    elif gpu.fabric is None and p.architecture != "ampere":
+        # Hopper or newer without NVSwitches: the call succeeds with state NOT_SUPPORTED (read
+        # on a real H200 without a fabric, driver 580.159.04), not an error.
+        s.fabric_present = 1
+        s.fabric_state = FABRIC_STATES[FabricState.NOT_SUPPORTED]
     if gpu.fabric is not None:
         s.fabric_present = 1
         s.fabric_state = FABRIC_STATES[gpu.fabric.state]

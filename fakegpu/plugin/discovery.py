@@ -106,6 +106,14 @@ def nvlib_memory_gb(profile_mib: int, total_bytes: int) -> int:
     return math.floor(fraction * total_gb + 0.5)
 
 
+def nvml_profile_name(info: Any) -> str:
+    """The profile name from NVML's v2 profile info without NVIDIA's ``MIG `` prefix: a real
+    driver (580.159.04) says ``MIG 1g.18gb`` where the MIG device's name ends ``MIG 1g.18gb``
+    and NVIDIA's driver publishes ``1g.18gb``. "" for a v1 struct (no name)."""
+    name = text(getattr(info, "name", b""))
+    return name[len("MIG "):] if name.startswith("MIG ") else name
+
+
 def nvlib_profile_name(profile_index: int, profile_mib: int, total_bytes: int) -> str:
     """The profile name NVIDIA's driver publishes (go-nvlib's ``MigProfileInfo.String`` for a
     compute instance spanning its GPU instance): ``<g>g.<gb>gb<suffix>``, computed from the
@@ -328,7 +336,7 @@ def _profile_name(parent: Device, mig: Any, entry: tuple[int, Any] | None,
         computed = nvlib_profile_name(index, int(profile.memorySizeMB), parent.memory_bytes)
         if nvidia and computed:  # (an index go-nvlib does not know: NVML's name below)
             return computed
-        name = text(getattr(profile, "name", b""))
+        name = nvml_profile_name(profile)
         if name:
             return name
     full_name = text(_query(pynvml.nvmlDeviceGetName, "", mig))
@@ -518,7 +526,7 @@ def gpu_partitions(minor: int, handle: Any, nvidia: bool, memory_bytes: int
             continue
         memory_slices = max(memory_slices, *(start + size for start, size in placements))
         computed = nvlib_profile_name(index, int(info.memorySizeMB), memory_bytes)
-        name = computed if nvidia and computed else (text(getattr(info, "name", b"")) or computed)
+        name = computed if nvidia and computed else (nvml_profile_name(info) or computed)
         profiles.append(partitions.Profile(
             name=name, index=index, profile_id=pid, instance_count=int(info.instanceCount),
             compute_slices=int(info.sliceCount), memory_mib=int(info.memorySizeMB),

@@ -75,10 +75,10 @@ def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> 
 
 def run(opts: Options, stop: threading.Event | None = None) -> int:
     if not opts.node_name:
-        raise InvalidInput("--node-name is required (or set NODE_NAME)")
+        raise InvalidInput("--node is required (or set NODE_NAME)")
     # Each of these becomes part of a path (sockets, state dir) or a name the apiserver keeps:
     # one rule for all of them, checked before anything touches the disk.
-    for flag, value in (("--node-name", opts.node_name), ("--driver-name", opts.driver_name),
+    for flag, value in (("--node", opts.node_name), ("--driver", opts.driver_name),
                         ("--instance-id", opts.instance_id)):
         # (no instance id is fine: the default socket names)
         if (value or flag != "--instance-id") and (why := names.check(flag, value)):

@@ -77,6 +77,8 @@ def _product(data: dict[str, Any]) -> Product:
         sources=tuple(data.get("sources", ())), uncertain=tuple(data.get("uncertain", ())),
         baseboard=_baseboard(board) if board else None,
         multinode_nvlink=bool(data.get("multinode_nvlink", False)),
+        memory_reserved_bytes=data.get("memory_reserved_bytes"),
+        idle_sm_clock_mhz=data.get("idle_sm_clock_mhz"),
     )
 
 

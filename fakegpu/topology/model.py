@@ -96,6 +96,9 @@ class Product:
     uncertain: tuple[str, ...] = ()  # names of fields whose value is not confirmed
     baseboard: Baseboard | None = None
     multinode_nvlink: bool = False  # can join a multi-node NVLink fabric (clique)
+    # nvmlMemory_v2_t.reserved in bytes where read on a real card; None: the library's estimate
+    memory_reserved_bytes: int | None = None
+    idle_sm_clock_mhz: int | None = None  # current SM clock at 0% utilisation; None: the max
 
 
 # --- the cluster -------------------------------------------------------------------------------

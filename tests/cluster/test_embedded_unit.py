@@ -75,7 +75,7 @@ def test_down_of_missing_cluster_is_a_no_op(tmp_path: Path,
 def test_up_refuses_a_leftover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(state.CLUSTERS_ENV, str(tmp_path))
     (tmp_path / "old").mkdir()
-    with pytest.raises(InvalidInput, match="fakegpu cluster down --name old"):
+    with pytest.raises(InvalidInput, match="fakegpu cluster down --cluster old"):
         get_provider("embedded").up("old", TOPOLOGY, None)
 
 
@@ -176,12 +176,13 @@ def test_down_with_a_corrupt_state_removes_what_it_can(
 
 @pytest.mark.parametrize("command", [["up"], ["down"], ["status"], ["logs", "--out", "x"],
                                      ["node", "stop", "n0"]])
-def test_cli_refuses_a_bad_cluster_name_with_exit_2(command: list[str],
+@pytest.mark.parametrize("flag", ["--cluster", "--name"])  # --name: the old spelling, hidden
+def test_cli_refuses_a_bad_cluster_name_with_exit_2(command: list[str], flag: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     from fakegpu.cli import main
 
     with pytest.raises(SystemExit) as info:
-        main(["cluster", *command, "--name", "x" * 21])
+        main(["cluster", *command, flag, "x" * 21])
     assert info.value.code == 2
     assert "use 1-20 lowercase letters" in capsys.readouterr().err
 

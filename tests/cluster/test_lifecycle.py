@@ -171,7 +171,7 @@ def test_a_failing_cleanup_is_a_note_on_the_original_error(
     with pytest.raises(injected_failure) as info:
         _lifecycle(fail_at(provider, "one")).up("c1", TOPOLOGY, None)
     assert any("removing the failed cluster failed too (cannot remove a mount): run "
-               "`fakegpu cluster down --provider memory --name c1`" in n
+               "`fakegpu cluster down --provider memory --cluster c1`" in n
                for n in info.value.__notes__)
 
 
@@ -192,7 +192,7 @@ def test_an_existing_cluster_is_refused_before_anything_is_made(tmp_path: Path) 
     (tmp_path / "c1").mkdir()
     with pytest.raises(InvalidInput, match=r"cluster 'c1' already exists \(or is left over\): "
                                            r"run `fakegpu cluster down --provider memory "
-                                           r"--name c1` first"):
+                                           r"--cluster c1` first"):
         _lifecycle(provider).up("c1", TOPOLOGY, None)
     assert provider.calls == ["exists"]
 

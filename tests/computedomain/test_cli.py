@@ -13,7 +13,7 @@ import pytest
 DAEMON = ["daemon", "--domain-uid", "u", "--node", "n", "--pod-namespace", "ns",
           "--pod-name", "p"]
 CONTROLLER = ["controller", "--daemon-image", "img:1"]
-PLUGIN = ["plugin", "--node-name", "n0"]
+PLUGIN = ["plugin", "--node", "n0"]
 
 
 def fakegpu(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

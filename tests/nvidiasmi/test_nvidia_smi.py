@@ -73,6 +73,10 @@ def test_mig_devices_and_instances(tmp_path: Path) -> None:
     gis = [line for line in _smi(state, "mig", "-lgi").stdout.splitlines()
            if line.startswith("|  ") and "MIG" in line]
     assert migs and len(gis) == len(migs)  # one compute instance per GPU instance here
+    # NVML's profile name ("MIG 1g.10gb"), not one computed from the memory size
+    names = {f"MIG {p.name}" for g in node.gpus if g.mig.enabled
+             for p in g.product.mig.profiles}  # type: ignore[union-attr]
+    assert all(line.split()[2] + " " + line.split()[3] in names for line in gis), gis
     assert all("(UUID: MIG-" in line for line in migs)
 
 
@@ -105,7 +109,7 @@ for i in range(n.nvmlDeviceGetCount()):
     h = opt(n.nvmlDeviceGetHandleByIndex, i)
     if h is None:
         continue
-    mem = n.nvmlDeviceGetMemoryInfo(h)
+    mem = n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2)  # "used" without the reservation
     migs = []
     if (opt(n.nvmlDeviceGetMigMode, h) or [0])[0]:
         for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
@@ -271,3 +275,42 @@ def test_id_takes_an_index_uuid_bus_id_or_serial(tmp_path: Path) -> None:
         out = _smi(state, "-L", "-i", unknown)
         # NVIDIA's 6: the query found no such object.
         assert out.returncode == 6 and out.stdout == "" and unknown in out.stderr
+
+
+# What nvidia-smi printed on a real H200 SXM (one GPU in a VM, driver 580.159.04, 2026-12-04).
+REAL = Path(__file__).parent / "data"
+
+
+def _gpu0(tmp_path: Path, *args: str) -> list[str]:
+    state = _state(tmp_path, "hgx-h200.yaml", "hgx-h200-0")
+    out = _smi(state, *args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_mig_profiles_as_a_real_h200_prints_them(tmp_path: Path) -> None:
+    """mig -lgip / -lgipp of GPU 0 are line for line the real ones ("MIG 1g.18gb" names, the
+    real memory sizes, NVIDIA's order)."""
+    real_lgip = (REAL / "smi-lgip.txt").read_text().splitlines()
+    assert _gpu0(tmp_path, "mig", "-lgip")[:len(real_lgip)] == real_lgip
+    real_lgipp = (REAL / "smi-lgipp.txt").read_text().splitlines()
+    assert _gpu0(tmp_path, "mig", "-lgipp")[:len(real_lgipp)] == real_lgipp
+
+
+def test_version_and_summary_header_as_a_real_h200_prints_them(tmp_path: Path) -> None:
+    assert _gpu0(tmp_path, "--version") == (REAL / "smi-version.txt").read_text().splitlines()
+    real = (REAL / "smi-summary.txt").read_text().splitlines()
+    fake = _gpu0(tmp_path, "-i", "0")
+    assert fake[1:8] == real[1:8]  # the box, versions, the "+" rule and column titles
+    # GPU 0: persistence On, 0MiB used (v2: the reservation left out); bus id, temperature and
+    # power differ (a VM slot, a live GPU)
+    assert fake[8].split("|")[1] == real[8].split("|")[1]
+    assert fake[9].split("|")[2] == real[9].split("|")[2]
+
+
+def test_query_csv_as_a_real_h200_prints_it(tmp_path: Path) -> None:
+    real = (REAL / "smi-query-csv.txt").read_text().splitlines()
+    fake = _gpu0(tmp_path, "-i", "0", "--query-gpu=index,name,pci.bus_id,memory.total,"
+                 "mig.mode.current,compute_mode", "--format=csv")
+    bus = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9]")
+    assert [bus.sub("BUS", line) for line in fake] == [bus.sub("BUS", line) for line in real]

@@ -55,7 +55,7 @@ for enum in range(n.NVML_GPU_INSTANCE_PROFILE_COUNT):
     try:
         v1 = n.nvmlDeviceGetGpuInstanceProfileInfo(h, enum, version=1)
         v2 = n.nvmlDeviceGetGpuInstanceProfileInfo(h, enum, version=2)
-    except n.NVMLError_NotSupported:
+    except (n.NVMLError_NotSupported, n.NVMLError_InvalidArgument):  # past driver 580's count
         continue
     count = n.c_uint(0)
     n.nvmlDeviceGetGpuInstancePossiblePlacements(h, v2.id, None, n.byref(count))
@@ -141,7 +141,7 @@ def test_mig_round_trip(fixture: str, tmp_path: Path) -> None:
     assert {int(k) for k in out["profiles"]} == {p.id for p in mig.profiles}
     for enum, seen in out["profiles"].items():
         p = _profile(topo, int(enum))
-        assert seen["name"] == p.name
+        assert seen["name"] == f"MIG {p.name}"  # NVML's name, as nvidia-smi mig -lgip shows it
         assert seen["v1"] == seen["v2"]
         assert seen["v2"][1:] == [p.slice_count, p.instance_count, p.sm_count, p.memory_mib]
         assert seen["placements"] == [[pl.start, pl.size] for pl in p.placements]
@@ -222,7 +222,10 @@ print(json.dumps(out, default=lambda x: x.value))
 
 
 def test_profile_info_reads_the_callers_struct_version(tmp_path: Path) -> None:
-    """v2 and v3 layouts are filled; an unknown version is refused before the profile lookup."""
+    """v2 and v3 layouts are filled; an unknown version is refused before the profile lookup.
+    As read on a real H200 (driver 580.159.04, 2026-12-04): the name carries NVIDIA's "MIG "
+    prefix, the version field comes back 0, a bad version (0 too) is INVALID_ARGUMENT, and an
+    index past driver 580's profile count (3_SLICE_GFX, 0x11) is INVALID_ARGUMENT."""
     topo = topology("dgx-h100")
     path = render_node(tmp_path, topo, topo.nodes[0].name)
     out = py_json(path, HELPERS + """
@@ -235,11 +238,20 @@ ok = fn(h, 0, ctypes.byref(info))
 bad = n.c_nvmlGpuInstanceProfileInfo_v2_t()
 bad.version = 0x07000098
 name = info.name.decode() if isinstance(info.name, bytes) else info.name
-print(json.dumps({"ok": ok, "name": name, "bad": fn(h, 0, ctypes.byref(bad)),
+returned = info.version
+zero = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+zero.version = 0
+gfx = n.c_nvmlGpuInstanceProfileInfo_v2_t()
+print(json.dumps({"ok": ok, "name": name, "returned_version": returned,
+                  "bad": fn(h, 0, ctypes.byref(bad)), "zero": fn(h, 0, ctypes.byref(zero)),
                   "bad_unknown_id": byid(h, 9999, ctypes.byref(bad)),
-                  "good_unknown_id": byid(h, 9999, ctypes.byref(info))}))
+                  "good_unknown_id": byid(h, 9999, ctypes.byref(info)),
+                  "gfx": fn(h, 0x11, ctypes.byref(gfx)),
+                  "all_me_2": fn(h, 0x10, ctypes.byref(gfx))}))
 """)
     first = topo.nodes[0].gpus[0].product.mig.profiles[0]  # type: ignore[union-attr]
-    assert out["ok"] == 0 and out["name"] == first.name
-    assert out["bad"] == out["bad_unknown_id"] == 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    assert out["good_unknown_id"] == 2  # NVML_ERROR_INVALID_ARGUMENT
+    assert out["ok"] == 0 and out["name"] == f"MIG {first.name}"
+    assert out["returned_version"] == 0
+    assert out["bad"] == out["zero"] == out["bad_unknown_id"] == 2  # NVML_ERROR_INVALID_ARGUMENT
+    assert out["good_unknown_id"] == 2
+    assert out["gfx"] == 2 and out["all_me_2"] == 3  # INVALID_ARGUMENT / NOT_SUPPORTED

@@ -160,12 +160,14 @@ print(json.dumps(out[0]))
 
 @pytest.mark.integration
 @pytest.mark.parametrize("product,nvlink,mode,fabric", [
-    # x86 HGX parts: HMM; NVSwitch inside the node: completed fabric, no cluster (issue 15)
-    ("B200", "switched", 1, [True, 0, 3, 0]),
-    ("H100-SXM5-80GB", "switched", 1, [True, 0, 3, 0]),
-    # Ampere predates GPU fabric info; a PCIe-only Hopper has no fabric to report
-    ("A100-SXM4-80GB", "switched", 1, None),
-    ("H100-SXM5-80GB", "none", 1, None),
+    # x86 HGX parts: addressing NONE (a real x86 H200, driver 580.159.04, 2026-12-04; issue 15
+    # made B200 stop answering ATS); NVSwitch inside the node: completed fabric, no cluster
+    ("B200", "switched", 0, [True, 0, 3, 0]),
+    ("H100-SXM5-80GB", "switched", 0, [True, 0, 3, 0]),
+    # Ampere predates GPU fabric info (NOT_SUPPORTED); a Hopper without NVSwitches answers the
+    # call with state NOT_SUPPORTED, as the real H200 without a fabric did
+    ("A100-SXM4-80GB", "switched", 0, None),
+    ("H100-SXM5-80GB", "none", 0, [True, 0, 0, 0]),
 ])
 def test_addressing_mode_and_switch_fabric(tmp_path: Path, product: str, nvlink: str, mode: int,
                                            fabric: list[Any] | None) -> None:

@@ -184,13 +184,13 @@ def test_cluster_up_on_embedded_with_the_packaged_default_topology(
     if missing:
         pytest.skip("; ".join(missing))
     name = f"{request.config.getoption('fakegpu_cluster_name')}-whl"[:20]
-    installed.run("fakegpu", "cluster", "down", "--name", name, check=False)
+    installed.run("fakegpu", "cluster", "down", "--cluster", name, check=False)
     try:
-        installed.run("fakegpu", "cluster", "up", "--name", name, timeout=1200)
-        status = json.loads(installed.run("fakegpu", "cluster", "status", "--name", name,
-                                          "--format", "json").stdout)
+        installed.run("fakegpu", "cluster", "up", "--cluster", name, timeout=1200)
+        status = json.loads(installed.run("fakegpu", "cluster", "status", "--cluster", name,
+                                          "-o", "json").stdout)
         assert Path(status["topology"]).is_relative_to(installed.venv), status
         workers = [n["name"] for n in status["nodes"] if n["role"] == "worker"]
         assert len(workers) == 4, status  # gb200-mini: 4 nodes x 4 GPUs, Ready with slices
     finally:
-        installed.run("fakegpu", "cluster", "down", "--name", name, check=False)
+        installed.run("fakegpu", "cluster", "down", "--cluster", name, check=False)

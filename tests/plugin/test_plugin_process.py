@@ -91,7 +91,7 @@ def test_serves_the_kubelet_while_the_apiserver_is_unreachable(
         inst.log.close()
 
 
-@pytest.mark.parametrize("flag", ["--instance-id", "--driver-name", "--node-name"])
+@pytest.mark.parametrize("flag", ["--instance-id", "--driver", "--node"])
 def test_a_path_in_a_flag_is_refused_before_anything_touches_the_disk(
         short_tmp: Path, nvml_env: tuple[dict[str, str], str], flag: str) -> None:
     """Issue input: ``--instance-id ../../../victim`` deleted a file outside the kubelet root
@@ -101,9 +101,9 @@ def test_a_path_in_a_flag_is_refused_before_anything_touches_the_disk(
     # Where the DRA socket of that instance id resolves once its parent exists.
     victim = short_tmp / "victim.sock"
     victim.write_text("precious")
-    value = {"--instance-id": "../../../../victim", "--driver-name": "../x",
-             "--node-name": "n/../x"}[flag]
-    args = {"--instance-id": "i", "--driver-name": DRIVER, "--node-name": node, flag: value}
+    value = {"--instance-id": "../../../../victim", "--driver": "../x",
+             "--node": "n/../x"}[flag]
+    args = {"--instance-id": "i", "--driver": DRIVER, "--node": node, flag: value}
     done = subprocess.run(
         [sys.executable, "-m", "fakegpu", "plugin", "run", "--no-slices",
          "--kubelet-root", str(kubelet), "--cdi-root", str(short_tmp / "cdi"),
@@ -124,8 +124,8 @@ class Instance:
         self.dra = root / "kubelet" / "plugins" / driver / f"dra-{instance_id}.sock"
         self.log = (root / f"{instance_id}.log").open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
-             "--driver-name", driver, "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node", node,
+             "--driver", driver, "--kubeconfig", str(kubeconfig),
              "--kubelet-root", str(root / "kubelet"), "--cdi-root", str(root / "cdi"),
              "--instance-id", instance_id, "--rediscover-interval", str(rediscover_s),
              "--grace-period", "5"],

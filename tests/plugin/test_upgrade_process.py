@@ -111,8 +111,8 @@ def test_a_broken_release_never_serves_nor_publishes(
     log = short_tmp / "broken.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node-name", node,
-             "--driver-name", DRIVER, "--kubeconfig", str(apiserver), "--kubelet-root",
+            [sys.executable, "-m", "fakegpu", "plugin", "run", "--node", node,
+             "--driver", DRIVER, "--kubeconfig", str(apiserver), "--kubelet-root",
              str(kubelet), "--cdi-root", str(short_tmp / "cdi"), "--instance-id", "bad"],
             env=versioned(env, "3.0.0-broken"), stdout=out, stderr=subprocess.STDOUT)
     try:

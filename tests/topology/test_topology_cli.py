@@ -30,7 +30,7 @@ def test_validate_invalid_exits_2_with_one_line_each(capsys: pytest.CaptureFixtu
 
 
 def test_show_json_nvl72(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["topology", "show", str(FIXTURES / "gb200-nvl72.yaml"), "--format",
+    assert main(["topology", "show", str(FIXTURES / "gb200-nvl72.yaml"), "-o",
                  "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     gpus = [g for n in data["nodes"] for g in n["gpus"]]
@@ -106,13 +106,13 @@ def test_thousands_of_problems_print_a_bounded_count(tmp_path: Path,
 
 
 def test_a_closed_pipe_ends_quietly() -> None:
-    # `fakegpu topology show F --format json | head -1`: the reader leaves after one line; the
+    # `fakegpu topology show F -o json | head -1`: the reader leaves after one line; the
     # 5 MB of fleet-1000's JSON cannot fit in a pipe, so writing on must meet EPIPE.
     import subprocess
     import sys
 
     proc = subprocess.Popen([sys.executable, "-m", "fakegpu", "topology", "show",
-                             str(FIXTURES / "fleet-1000.yaml"), "--format", "json"],
+                             str(FIXTURES / "fleet-1000.yaml"), "-o", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline() == b"{\n"

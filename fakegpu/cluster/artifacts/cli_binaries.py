@@ -33,7 +33,12 @@ def add_commands(cluster_sub: argparse._SubParsersAction[argparse.ArgumentParser
                         help="a directory of prebuilt binaries to take (exact versions required)")
     parser.add_argument("--no-images", action="store_true",
                         help="do not build the pause and workload image archives")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    # fakegpu.cli's -o (this layer may not import it): the same choices, --json hidden.
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table",
+                        help="table: one line per thing; json, yaml: one object "
+                             "(default: %(default)s)")
+    parser.add_argument("--json", dest="output", action="store_const", const="json",
+                        help=argparse.SUPPRESS)
     parser.set_defaults(func=run_binaries)
 
 
@@ -48,8 +53,12 @@ def run_binaries(args: argparse.Namespace) -> int:
             "pause_ref": imgs.pause_ref, "pause_archive": str(imgs.pause_archive),
             "workload_ref": imgs.workload_ref, "workload_archive": str(imgs.workload_archive),
         })
-    if args.json:
+    if args.output == "json":
         print(json.dumps(found, indent=2))
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(found, sort_keys=False), end="")
     else:
         width = max(len(k) for k in found)
         for key, value in found.items():

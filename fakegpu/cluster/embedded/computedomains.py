@@ -41,7 +41,7 @@ def start_plugin(layout: NodeLayout, gpu_driver: str, nvml_env: Mapping[str, str
     env = {**os.environ, **nvml_env}
     return spawn(f"{PLUGIN}/{layout.name}", [
         sys.executable, "-m", "fakegpu", "computedomain", "plugin",
-        "--node-name", layout.name,
+        "--node", layout.name,
         "--domain", domain(gpu_driver),
         "--kubeconfig", str(layout.plugin_kubeconfig),
         "--kubelet-root", str(layout.kubelet_root),

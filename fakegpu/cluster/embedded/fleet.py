@@ -14,7 +14,8 @@ from pathlib import Path
 from rich.console import Console
 
 from fakegpu import fsutil
-from fakegpu.cluster.process import ProcessRecord, WaitPolicy, spawn, wait_until
+from fakegpu.cluster.process import ProcessRecord, WaitPolicy, is_alive, spawn, wait_until
+from fakegpu.errors import FakegpuError
 from fakegpu.fleet import nodes, run, stages
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.model import Topology
@@ -63,6 +64,17 @@ def start(root: Path, kubeconfig: Path, topology_file: Path, topology: Topology,
     argv, env = run.command(kubeconfig, topology_file.resolve(), state_dir(root), driver)
     record(spawn(PUBLISHER, argv, where / "logs" / "publisher.log",
                  env={**os.environ, **env}))
+
+
+def check_publisher(rec: ProcessRecord | None, cluster: str) -> None:
+    """FakegpuError (exit 1, one line) unless the recorded fleet publisher runs: only it
+    carries a simulated node's NVML state (a fault) to the node's ResourceSlices."""
+    if rec is not None and is_alive(rec):
+        return
+    which = f"pid {rec.pid}, log {rec.log}" if rec is not None else "none recorded"
+    raise FakegpuError(f"cluster {cluster!r}: the fleet publisher is not running ({which}), so "
+                       "a fault on a simulated node would reach no ResourceSlice; recreate "
+                       "the cluster (fakegpu cluster down, then up)")
 
 
 def ready(kubeconfig: Path, names: Sequence[str], driver: str) -> tuple[int, int]:

@@ -271,8 +271,8 @@ def start_plugin(
     env[nvidiasmi.CDI_ENV] = "1"
     return spawn(f"plugin/{layout.name}", [
         sys.executable, "-m", "fakegpu", "plugin", "run",
-        "--node-name", layout.name,
-        "--driver-name", driver,
+        "--node", layout.name,
+        "--driver", driver,
         "--kubeconfig", str(layout.plugin_kubeconfig),
         "--kubelet-root", str(layout.kubelet_root),
         "--cdi-root", str(layout.cdi_dir),

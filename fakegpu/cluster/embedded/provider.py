@@ -165,6 +165,10 @@ class EmbeddedProvider:
         # The node's plugin and its pods' runtime use this very file on this host.
         st = load_ready(name)
         if node in st.simulated:  # the fleet publisher follows this file
+            if list(args[:1]) == ["fault"]:
+                # Written with no publisher to follow it, a fault would reach no slice while
+                # the command said it was injected.
+                fleet.check_publisher(st.process(fleet.PUBLISHER), name)
             path = fleet.state_path(st.root, node)
         else:
             n = st.node(node)

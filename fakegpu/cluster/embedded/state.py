@@ -176,7 +176,7 @@ class StateError(FakegpuError):
         self.path = path
         what = f"{type(err).__name__}: {err}" if isinstance(err, KeyError) else str(err)
         super().__init__(f"{path}: not a readable fakegpu cluster state ({what}); remove that "
-                         f"cluster with `fakegpu cluster down --name {path.parent.name}`")
+                         f"cluster with `fakegpu cluster down --cluster {path.parent.name}`")
 
 
 def load_ready(name: str) -> ClusterState:
@@ -184,7 +184,7 @@ def load_ready(name: str) -> ClusterState:
     try:
         return ClusterState.load(clusters_dir() / validate_name(name))
     except FileNotFoundError:
-        raise InvalidInput(f"no cluster {name!r}: run `fakegpu cluster up --name "
+        raise InvalidInput(f"no cluster {name!r}: run `fakegpu cluster up --cluster "
                            f"{name}`") from None
 
 

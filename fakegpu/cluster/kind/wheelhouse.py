@@ -13,11 +13,13 @@ import base64
 import hashlib
 import subprocess
 import sys
+import time
 import zipfile
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fakegpu import paths
 from fakegpu.errors import FakegpuError, MissingPrerequisite
@@ -49,12 +51,29 @@ def build(out: Path, console: Console) -> Path:
     out.mkdir(parents=True)
     root = paths.source_checkout()
     source = str(root) if root is not None else str(repack(out))
-    console.print(f"building wheels into {out}")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
-                          str(out), source], capture_output=True, text=True, check=False)
+    what = ("fakegpu's wheel from the source tree (compiles the NVML library and tools; "
+            "1-2 minutes) and its dependencies'" if root is not None
+            else "the dependencies' wheels beside the installed fakegpu's")
+    _say(console, f"pip wheel: {what}, into {out}")
+    started = time.monotonic()
+    # A live line on a terminal only (pip is quiet for a minute or two); CI logs get the
+    # plain lines around it.
+    with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        progress.add_task("pip wheel", total=None)
+        res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
+                              str(out), source], capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise FakegpuError(f"pip wheel failed: {(res.stdout + res.stderr).strip()[-800:]}")
+    _say(console, f"pip wheel: done in {time.monotonic() - started:.0f}s "
+                  f"({len(list(out.glob('*.whl')))} wheel files)")
     return out
+
+
+def _say(console: Console, message: str) -> None:
+    # Plain text, one line even in a CI log: paths must stay copyable, never markup.
+    console.print(message, soft_wrap=True, highlight=False, markup=False)
 
 
 def _tags(wheel_file: str) -> str:

@@ -9,6 +9,8 @@
  *   nvidia-smi [-i ID] --query-gpu=F,... --format=csv[,noheader][,nounits]
  *   nvidia-smi topo -m                     the NVLink matrix (NV<links> / SYS)
  *   nvidia-smi mig -lgi | -lci             GPU and compute instances
+ *   nvidia-smi mig -lgip | -lgipp          GPU-instance profiles and their placements
+ *   nvidia-smi --version                   versions of the tool, NVML, driver and CUDA
  *
  * ID is what NVIDIA's -i takes: an index, a GPU UUID, a PCI bus id or a board serial number.
  * Exit codes are NVIDIA's: 2 bad arguments, 6 no such GPU, 9 no driver, 15 a GPU is lost.
@@ -234,6 +236,13 @@ static int field(nvmlDevice_t dev, unsigned int index, const char *f, struct opt
         rc = nvmlDeviceGetMinorNumber(dev, &m);
         if (rc == NVML_SUCCESS) snprintf(out, n, "%u", m);
         else snprintf(out, n, "[N/A]");
+    } else if (!strcmp(f, "compute_mode")) {
+        nvmlComputeMode_t mode;
+        if (nvmlDeviceGetComputeMode(dev, &mode) != NVML_SUCCESS) snprintf(out, n, "[N/A]");
+        else snprintf(out, n, "%s", mode == NVML_COMPUTEMODE_DEFAULT ? "Default"
+                                    : mode == NVML_COMPUTEMODE_EXCLUSIVE_THREAD ? "Exclusive_Thread"
+                                    : mode == NVML_COMPUTEMODE_PROHIBITED ? "Prohibited"
+                                    : "Exclusive_Process");
     } else if (!strcmp(f, "count")) {
         snprintf(out, n, "%u", count);
     } else {
@@ -411,6 +420,15 @@ static int topo(void)
 
 /* --- mig -lgi / -lci ------------------------------------------------------------------------ */
 
+/* A GPU-instance profile by NVML_GPU_INSTANCE_PROFILE_* index, with NVML's name ("MIG 1g.18gb",
+ * the name nvidia-smi prints); 0 when the GPU lacks it. */
+static int gi_profile(nvmlDevice_t dev, unsigned int index, nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    info->version = nvmlGpuInstanceProfileInfo_v2;
+    return nvmlDeviceGetGpuInstanceProfileInfoV(dev, index, info) == NVML_SUCCESS;
+}
+
 static int mig_list(int compute)
 {
     if (compute) {
@@ -431,9 +449,8 @@ static int mig_list(int compute)
     for (unsigned int i = 0; i < count; i++) {
         if (report_lost(i) || !shown(i) || !mig_enabled(gpus[i])) continue;
         for (unsigned int p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; p++) {
-            nvmlGpuInstanceProfileInfo_t info;
-            memset(&info, 0, sizeof(info));
-            if (nvmlDeviceGetGpuInstanceProfileInfo(gpus[i], p, &info) != NVML_SUCCESS) continue;
+            nvmlGpuInstanceProfileInfo_v2_t info;
+            if (!gi_profile(gpus[i], p, &info)) continue;
             nvmlGpuInstance_t gis[16];
             unsigned int n = 16;  /* in: room in gis (as fakegpu's NVML reads it), out: found */
             if (nvmlDeviceGetGpuInstances(gpus[i], info.id, gis, &n) != NVML_SUCCESS) continue;
@@ -441,9 +458,7 @@ static int mig_list(int compute)
                 nvmlGpuInstanceInfo_t gi;
                 memset(&gi, 0, sizeof(gi));
                 if (nvmlGpuInstanceGetInfo(gis[g], &gi) != NVML_SUCCESS) continue;
-                char gname[64];
-                snprintf(gname, sizeof(gname), "MIG %ug.%lugb", info.sliceCount,
-                         (unsigned long)((info.memorySizeMB + 1023) / 1024));
+                const char *gname = info.name;
                 if (!compute) {
                     printf("|  %-3u %-18s %5u %8u %9u:%-3u  |\n", i, gname, info.id, gi.id,
                            gi.placement.start, gi.placement.size);
@@ -479,6 +494,89 @@ static int mig_list(int compute)
     return lost_any();
 }
 
+/* --- mig -lgip / -lgipp: GPU-instance profiles, as read on a real H200 (driver 580.159.04) -- */
+
+/* NVIDIA's order: by compute slices, then memory, then profile index (1g.18gb, 1g.18gb+me,
+ * 1g.35gb, 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb on an H200) */
+struct gi_row { unsigned int index; nvmlGpuInstanceProfileInfo_v2_t info; };
+
+static int gi_row_order(const void *a, const void *b)
+{
+    const struct gi_row *x = a, *y = b;
+    if (x->info.sliceCount != y->info.sliceCount)
+        return x->info.sliceCount < y->info.sliceCount ? -1 : 1;
+    if (x->info.memorySizeMB != y->info.memorySizeMB)
+        return x->info.memorySizeMB < y->info.memorySizeMB ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+#define LGIP_RULE "+-------------------------------------------------------------------------------+\n"
+
+static int mig_profiles(int placements)
+{
+    if (!placements)
+        printf(LGIP_RULE
+               "| GPU instance profiles:                                                        |\n"
+               "| GPU   Name               ID    Instances   Memory     P2P    SM    DEC   ENC  |\n"
+               "|                                Free/Total   GiB              CE    JPEG  OFA  |\n"
+               "|===============================================================================|\n");
+    for (unsigned int i = 0; i < count; i++) {
+        if (report_lost(i) || !shown(i)) continue;
+        struct gi_row rows[NVML_GPU_INSTANCE_PROFILE_COUNT];
+        unsigned int found = 0;
+        for (unsigned int p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; p++)
+            if (gi_profile(gpus[i], p, &rows[found].info)) rows[found++].index = p;
+        qsort(rows, found, sizeof(rows[0]), gi_row_order);
+        for (unsigned int r = 0; r < found; r++) {
+            const nvmlGpuInstanceProfileInfo_v2_t info = rows[r].info;
+            if (placements) {
+                nvmlGpuInstancePlacement_t where[32];
+                unsigned int n = 32;
+                if (nvmlDeviceGetGpuInstancePossiblePlacements_v2(gpus[i], info.id, where, &n)
+                    != NVML_SUCCESS || n == 0) continue;
+                char starts[160] = "";
+                size_t used = 0;
+                for (unsigned int k = 0; k < n && k < 32 && used < sizeof(starts); k++)
+                    used += snprintf(starts + used, sizeof(starts) - used, "%s%u", k ? "," : "",
+                                     where[k].start);
+                printf("GPU %2u Profile ID %2u %s: {%s}:%u\n", i, info.id,
+                       n == 1 ? "Placement " : "Placements", starts, where[0].size);
+                continue;
+            }
+            unsigned int free = info.instanceCount;  /* MIG off: every instance is free */
+            nvmlDeviceGetGpuInstanceRemainingCapacity(gpus[i], info.id, &free);
+            char memory[16];
+            snprintf(memory, sizeof(memory), "%.2f", info.memorySizeMB / 1024.0);
+            printf("|%4u  %-18s%4u%6u/%-2u%7s%-11s%-7s%-7u%-6u%-4u|\n", i, info.name, info.id,
+                   free, info.instanceCount, "", memory, info.isP2pSupported ? "Yes" : "No",
+                   info.multiprocessorCount, info.decoderCount, info.encoderCount);
+            printf("|%63s%-6u%-6u%-4u|\n" LGIP_RULE, "", info.copyEngineCount, info.jpegCount,
+                   info.ofaCount);
+        }
+    }
+    return lost_any();
+}
+
+/* --- --version -------------------------------------------------------------------------- */
+
+static int versions(void)
+{
+    char driver[96] = "N/A", nvml[96] = "N/A";
+    int cuda = 0;
+    nvmlSystemGetDriverVersion(driver, sizeof(driver));
+    /* NVIDIA's tool prints the NVML branch ("580.159"): the driver version's first two parts */
+    const char *second = strchr(driver, '.');
+    const char *third = second ? strchr(second + 1, '.') : NULL;
+    snprintf(nvml, sizeof(nvml), "%.*s", third ? (int)(third - driver) : (int)strlen(driver),
+             driver);
+    printf("NVIDIA-SMI version  : %s\n", driver);
+    printf("NVML version        : %s\n", nvml);
+    printf("DRIVER version      : %s\n", driver);
+    if (nvmlSystemGetCudaDriverVersion(&cuda) == NVML_SUCCESS)
+        printf("CUDA Version        : %d.%d\n", cuda / 1000, cuda % 1000 / 10);
+    return 0;
+}
+
 /* --- the summary (nvidia-smi without arguments) ------------------------------------------ */
 
 /* NVIDIA's table is 91 columns: three GPU columns of 41, 24 and 22 characters, the MIG table
@@ -501,6 +599,15 @@ static void fit(const char *text, char *out, size_t width)
     else snprintf(out, width + 1, "%.*s...", (int)(width - 3), text);
 }
 
+/* Memory as nvidia-smi shows it: v2, whose "used" leaves out the driver's reservation (a real
+ * idle H200 shows 0MiB used; v1 counts the reservation as used). */
+static nvmlReturn_t memory_v2(nvmlDevice_t dev, nvmlMemory_v2_t *memory)
+{
+    memset(memory, 0, sizeof(*memory));
+    memory->version = nvmlMemory_v2;
+    return nvmlDeviceGetMemoryInfo_v2(dev, memory);
+}
+
 static void mib(nvmlReturn_t rc, unsigned long long bytes, char *out, size_t n)
 {
     if (rc == NVML_SUCCESS) snprintf(out, n, "%lluMiB", bytes >> 20);
@@ -517,7 +624,7 @@ static void gpu_block(unsigned int i)
     nvmlEnableState_t persistence = NVML_FEATURE_DISABLED, display = NVML_FEATURE_DISABLED;
     nvmlEnableState_t ecc_now = NVML_FEATURE_DISABLED, ecc_pending;
     nvmlPciInfo_t pci;
-    nvmlMemory_t memory;
+    nvmlMemory_v2_t memory;
     nvmlUtilization_t rates;
     nvmlPstates_t pstate;
     nvmlComputeMode_t mode;
@@ -525,7 +632,6 @@ static void gpu_block(unsigned int i)
     unsigned long long errors = 0;
 
     memset(&pci, 0, sizeof(pci));
-    memset(&memory, 0, sizeof(memory));
     nvmlDeviceGetName(d, name, sizeof(name));
     fit(name, shortname, 27);
     nvmlReturn_t persistence_rc = nvmlDeviceGetPersistenceMode(d, &persistence);
@@ -547,7 +653,7 @@ static void gpu_block(unsigned int i)
         snprintf(usage, sizeof(usage), "%uW", value / 1000);
     if (nvmlDeviceGetEnforcedPowerLimit(d, &value) == NVML_SUCCESS)
         snprintf(cap, sizeof(cap), "%uW", value / 1000);
-    nvmlReturn_t memory_rc = nvmlDeviceGetMemoryInfo(d, &memory);
+    nvmlReturn_t memory_rc = memory_v2(d, &memory);
     mib(memory_rc, memory.used, used, sizeof(used));
     mib(memory_rc, memory.total, total, sizeof(total));
     if (nvmlDeviceGetUtilizationRates(d, &rates) == NVML_SUCCESS)
@@ -669,7 +775,7 @@ static int summary(void)
     printf("+" RULE "+\n");
     printf("| NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %-9s|\n", version, version,
            cuda_text);
-    printf(GPU_RULE("|"));
+    printf(GPU_RULE("+"));
     printf("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n");
     printf("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n");
     printf("|%41s|%24s|%22s|\n", "", "", "MIG M. ");
@@ -690,7 +796,8 @@ static int summary(void)
 static int usage(void)
 {
     fprintf(stderr, "usage: nvidia-smi [-i ID[,ID...]] [-L | -q | --query-gpu=F,... "
-                    "--format=csv[,noheader][,nounits]] | topo -m | mig -lgi | mig -lci\n");
+                    "--format=csv[,noheader][,nounits]] | --version | topo -m | "
+                    "mig -lgi | -lci | -lgip | -lgipp\n");
     return 2;
 }
 
@@ -713,6 +820,8 @@ static int query_command(void)
 
 static int lgi(void) { return mig_list(0); }
 static int lci(void) { return mig_list(1); }
+static int lgip(void) { return mig_profiles(0); }
+static int lgipp(void) { return mig_profiles(1); }
 
 int main(int argc, char **argv)
 {
@@ -723,9 +832,14 @@ int main(int argc, char **argv)
         return run(topo, NULL);
     }
     if (argc >= 2 && !strcmp(argv[1], "mig")) {
-        if (argc != 3 || (strcmp(argv[2], "-lgi") && strcmp(argv[2], "-lci"))) return usage();
-        return run(strcmp(argv[2], "-lci") ? lgi : lci, NULL);
+        if (argc != 3) return usage();
+        if (!strcmp(argv[2], "-lgi")) return run(lgi, NULL);
+        if (!strcmp(argv[2], "-lci")) return run(lci, NULL);
+        if (!strcmp(argv[2], "-lgip")) return run(lgip, NULL);
+        if (!strcmp(argv[2], "-lgipp")) return run(lgipp, NULL);
+        return usage();
     }
+    if (argc == 2 && !strcmp(argv[1], "--version")) return run(versions, NULL);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-L") || !strcmp(argv[i], "--list-gpus")) list = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--query")) full = 1;

@@ -261,21 +261,26 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, u
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t clock_of(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+/* current: 1 for the clock now, 0 for the maximum. Utilisation is always 0 here, so a GPU runs
+ * at its idle SM clock where the catalog knows it (a real idle H200: 345 MHz of 1980). */
+static nvmlReturn_t clock_of(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock,
+                             int current)
 {
     FG_DEVICE(device, ref, clock);
     const struct fgs_gpu_static *s = fg_static(ref.gpu);
     switch (type) {
     case NVML_CLOCK_GRAPHICS:
-    case NVML_CLOCK_SM: *clock = s->max_sm_clock_mhz; return NVML_SUCCESS;
+    case NVML_CLOCK_SM:
+        *clock = current && s->idle_sm_clock_mhz ? s->idle_sm_clock_mhz : s->max_sm_clock_mhz;
+        return NVML_SUCCESS;
     case NVML_CLOCK_MEM: *clock = s->max_mem_clock_mhz; return NVML_SUCCESS;
     case NVML_CLOCK_VIDEO: *clock = s->max_sm_clock_mhz * 8 / 10; return NVML_SUCCESS;
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
 }
 
-nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, nvmlClockType_t t, unsigned int *c) { return clock_of(d, t, c); }
-nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, nvmlClockType_t t, unsigned int *c) { return clock_of(d, t, c); }
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, nvmlClockType_t t, unsigned int *c) { return clock_of(d, t, c, 1); }
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, nvmlClockType_t t, unsigned int *c) { return clock_of(d, t, c, 0); }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {

@@ -73,7 +73,8 @@ static nvmlReturn_t apply_fault(uint32_t gpu, struct fgs_gpu_dynamic *d, struct 
         d->link_down_mask |= 1ull << a->value;
         return NVML_SUCCESS;
     case FG_FAULT_FABRIC_DEGRADED:
-        if (!a->s->fabric_present) return NVML_ERROR_NOT_SUPPORTED;
+        if (!a->s->fabric_present || a->s->fabric_state == NVML_GPU_FABRIC_STATE_NOT_SUPPORTED)
+            return NVML_ERROR_NOT_SUPPORTED;
         d->fabric_degraded = 1;
         return NVML_SUCCESS;
     default: return NVML_ERROR_INVALID_ARGUMENT;

@@ -174,9 +174,14 @@ nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *c
     if (ref.is_mig || !fg_static(ref.gpu)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;     \
     const struct fgs_gpu_static *s = fg_static(ref.gpu)
 
+/* The profile indexes driver 580 knows: 0 .. NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME. A newer
+ * header adds 3_SLICE_GFX (0x11); a real H200 on driver 580.159.04 answers INVALID_ARGUMENT
+ * for it, as for any index past its count, and NOT_SUPPORTED for a known index it lacks. */
+#define FG_GI_PROFILE_COUNT (NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME + 1)
+
 static nvmlReturn_t gi_profile_index(const struct fgs_gpu_static *s, unsigned int profile, int *pi)
 {
-    if (profile >= NVML_GPU_INSTANCE_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    if (profile >= FG_GI_PROFILE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
     *pi = find_profile_by_enum(s, profile);
     return *pi < 0 ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
 }
@@ -197,36 +202,46 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
     return NVML_SUCCESS;
 }
 
-/* Checked before the profile lookup, so a wrong version is reported as such whatever the id. */
+/* Checked before the profile lookup. A real H200 (driver 580.159.04) answers INVALID_ARGUMENT,
+ * not ARGUMENT_VERSION_MISMATCH, for a version other than v2/v3 (0 included), whatever the id. */
 static nvmlReturn_t gi_info_version(const nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     return info->version == nvmlGpuInstanceProfileInfo_v2 ||
                    info->version == nvmlGpuInstanceProfileInfo_v3
                ? NVML_SUCCESS
-               : NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+               : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+/* What the real driver (580.159.04, read on an H200) hands back in the V structs: the name
+ * with NVIDIA's "MIG " prefix ("MIG 1g.18gb", as nvidia-smi mig -lgip prints it) and the
+ * version field cleared to 0 (the caller passed v2, got 0 back with SUCCESS). The catalog
+ * and the state file keep the bare profile name ("1g.18gb"): MIG device names use that. */
+static void gi_name(const struct fgs_profile *p, char *out, size_t size)
+{
+    snprintf(out, size, "MIG %s", p->name);
 }
 
 static nvmlReturn_t fill_gi_profile_v(const struct fgs_profile *p, nvmlGpuInstanceProfileInfo_v2_t *info)
 {
     if (info->version == nvmlGpuInstanceProfileInfo_v2) {
         *info = (nvmlGpuInstanceProfileInfo_v2_t){
-            .version = nvmlGpuInstanceProfileInfo_v2, .id = p->id, .isP2pSupported = 0,
+            .version = 0, .id = p->id, .isP2pSupported = 0,
             .sliceCount = p->slice_count, .instanceCount = p->instance_count,
             .multiprocessorCount = p->sm_count, .copyEngineCount = p->copy_engines,
             .decoderCount = p->decoders, .encoderCount = p->encoders, .jpegCount = p->jpegs,
             .ofaCount = p->ofas, .memorySizeMB = p->memory_mib};
-        snprintf(info->name, sizeof(info->name), "%s", p->name);
+        gi_name(p, info->name, sizeof(info->name));
         return NVML_SUCCESS;
     }
     if (info->version == nvmlGpuInstanceProfileInfo_v3) {
         nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
         *v3 = (nvmlGpuInstanceProfileInfo_v3_t){
-            .version = nvmlGpuInstanceProfileInfo_v3, .id = p->id, .sliceCount = p->slice_count,
+            .version = 0, .id = p->id, .sliceCount = p->slice_count,
             .instanceCount = p->instance_count, .multiprocessorCount = p->sm_count,
             .copyEngineCount = p->copy_engines, .decoderCount = p->decoders,
             .encoderCount = p->encoders, .jpegCount = p->jpegs, .ofaCount = p->ofas,
             .memorySizeMB = p->memory_mib, .capabilities = 0};
-        snprintf(v3->name, sizeof(v3->name), "%s", p->name);
+        gi_name(p, v3->name, sizeof(v3->name));
         return NVML_SUCCESS;
     }
     return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;

@@ -388,15 +388,9 @@ nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *i
 nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
 {
     FG_DEVICE(device, ref, attributes);
-    const struct fgs_gpu_static *s = fg_static(ref.gpu);
-    if (!ref.is_mig) {
-        *attributes = (nvmlDeviceAttributes_t){
-            .multiprocessorCount = s->sm_count, .sharedCopyEngineCount = 0,
-            .gpuInstanceSliceCount = s->mig_compute_slices,
-            .computeInstanceSliceCount = s->mig_compute_slices,
-            .memorySizeMB = s->memory_total / (1024ull * 1024ull)};
-        return NVML_SUCCESS;
-    }
+    /* nvml.h documents the call for MIG device handles; a real H200 (driver 580.159.04)
+     * answers NOT_SUPPORTED for the full GPU. Its SM count is the full-GPU profile's. */
+    if (!ref.is_mig) return NVML_ERROR_NOT_SUPPORTED;
     struct fgs_gpu_dynamic d;
     FG_TRY(fg_read_dyn(ref.gpu, &d));
     const struct fgs_profile *gp = fg_gi_profile(ref.gpu, &d, ref.gi_slot);

@@ -175,12 +175,16 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
     v.status = NVML_SUCCESS;
     v.cliqueId = s->clique_id;
     v.state = (nvmlGpuFabricState_t)s->fabric_state;
-    v.healthMask = health_mask(degraded);
+    /* no fabric to report (Hopper+ without NVSwitches): health mask and summary stay 0, as a
+     * real H200 without a fabric answers (driver 580.159.04) */
+    int reported = s->fabric_state != NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+    v.healthMask = reported ? health_mask(degraded) : 0;
     if (version == nvmlGpuFabricInfo_v2) {
         memcpy(gpuFabricInfo, &v, sizeof(nvmlGpuFabricInfo_v2_t));
     } else {
-        v.healthSummary = degraded ? NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
-                                   : NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
+        v.healthSummary = !reported ? NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED
+                          : degraded ? NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY
+                                     : NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY;
         *gpuFabricInfo = v;
     }
     return NVML_SUCCESS;

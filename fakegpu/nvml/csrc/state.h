@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define FGS_MAGIC "FAKEGPU"     /* 8 bytes with the NUL */
-#define FGS_LAYOUT_VERSION 2u     /* 2: addressing_mode */
+#define FGS_LAYOUT_VERSION 3u     /* 2: addressing_mode; 3: idle_sm_clock_mhz */
 
 #define FGS_MAX_GPUS 256u
 #define FGS_MAX_LINKS 36u       /* NVML_NVLINK_MAX_LINKS of the header we build with */
@@ -119,8 +119,8 @@ struct fgs_gpu_static {
     uint32_t mig_max_gpu_instances;
     uint32_t profile_count;
     struct fgs_profile profiles[FGS_MAX_PROFILES];
-    uint32_t addressing_mode;    /* nvmlDeviceAddressingModeType_t: ATS on Grace hosts, else HMM */
-    uint32_t pad;
+    uint32_t addressing_mode;    /* nvmlDeviceAddressingModeType_t: ATS on Grace hosts, else NONE */
+    uint32_t idle_sm_clock_mhz;  /* SM/graphics clock of an idle GPU; 0: not known, the max */
 };
 
 struct fgs_ci {
