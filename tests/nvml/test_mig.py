@@ -213,12 +213,13 @@ for i in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
         break
     gi = n.nvmlDeviceGetGpuInstanceById(h, n.nvmlDeviceGetGpuInstanceId(m))
     info = n.nvmlGpuInstanceGetInfo(gi)
-    out.append([n.nvmlDeviceGetName(m), info.placement.start])
+    # nvml.h: a MIG handle's index is the one GetMigDeviceHandleByIndex takes for it
+    out.append([n.nvmlDeviceGetName(m), info.placement.start, n.nvmlDeviceGetIndex(m)])
 print(json.dumps(out, default=lambda x: x.value))
 """
     got = py_json(path, code)
-    assert got == [[f"{gpu.product.name} MIG {i.profile}", i.placement_start]
-                   for i in gpu.mig.instances]
+    assert got == [[f"{gpu.product.name} MIG {i.profile}", i.placement_start, k]
+                   for k, i in enumerate(gpu.mig.instances)]
 
 
 def test_profile_info_reads_the_callers_struct_version(tmp_path: Path) -> None:

@@ -204,7 +204,10 @@ static nvmlReturn_t uvalue(nvmlDevice_t device, unsigned int *out, enum uval whi
     const struct fgs_gpu_static *s = fg_static(ref.gpu);
     switch (which) {
     case UV_MINOR: FG_WHOLE_GPU(ref); *out = s->minor; break;
-    case UV_INDEX: FG_WHOLE_GPU(ref); *out = fg_view_index(ref.gpu, s->index); break;
+    case UV_INDEX:
+        if (ref.is_mig) return fg_mig_index(&ref, out);
+        *out = fg_view_index(ref.gpu, s->index);
+        break;
     case UV_MODULE: *out = s->module_id; break;
     case UV_NUMA: *out = s->numa_node; break;
     case UV_PCIE_GEN: *out = s->architecture >= NVML_DEVICE_ARCH_BLACKWELL ? 6 : s->architecture >= NVML_DEVICE_ARCH_HOPPER ? 5 : 4; break;

@@ -113,6 +113,8 @@ nvmlReturn_t fg_ci(nvmlComputeInstance_t h, struct fg_ref *ref);
 void fg_mig_uuid(uint32_t gpu, uint32_t gi_id, uint32_t ci_id, char *out, size_t len);
 const struct fgs_profile *fg_gi_profile(uint32_t gpu, const struct fgs_gpu_dynamic *d, uint32_t gi_slot);
 uint32_t fg_max_mig_devices(const struct fg_ref *ref, const struct fgs_gpu_dynamic *d);
+/* ---- mig_ci.c ---- */
+nvmlReturn_t fg_mig_index(const struct fg_ref *ref, unsigned int *index);
 
 /* ---- util ---- */
 nvmlReturn_t fg_copy_str(char *dst, unsigned int len, const char *src);

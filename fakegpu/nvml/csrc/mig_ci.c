@@ -321,6 +321,42 @@ nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,
 
 /* ---- MIG device handles ---- */
 
+/* The MIG devices of a GPU in the order GetMigDeviceHandleByIndex numbers them: a container's
+ * own ones only, from 0, as its nvidia-smi shows. Stops at position ``index`` (found: its slots)
+ * or at the device in slots (gi, ci) (found: its position); -1 when neither is reached. */
+static int mig_walk(const struct fg_ref *gpu, const struct fgs_gpu_dynamic *d, unsigned index,
+                    uint32_t *gi, uint32_t *ci, int by_slot)
+{
+    unsigned n = 0;
+    for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
+        if (!d->gis[g].active) continue;
+        for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
+            if (!d->gis[g].cis[c].active) continue;
+            if (!fg_view_shows_mig(gpu->gpu, d->gis[g].id, d->gis[g].cis[c].id)) continue;
+            if (by_slot ? (g == *gi && c == *ci) : n == index) {
+                *gi = g;
+                *ci = c;
+                return (int)n;
+            }
+            n++;
+        }
+    }
+    return -1;
+}
+
+/* nvml.h: for a MIG device handle, the index that GetMigDeviceHandleByIndex on its parent
+ * takes to return the same device (nvidia-container-toolkit finds MIG devices by it). */
+nvmlReturn_t fg_mig_index(const struct fg_ref *ref, unsigned int *index)
+{
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref->gpu, &d));
+    uint32_t gi = ref->gi_slot, ci = ref->ci_slot;
+    int n = mig_walk(ref, &d, 0, &gi, &ci, 1);
+    if (n < 0) return NVML_ERROR_NOT_FOUND;
+    *index = (unsigned)n;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                  nvmlDevice_t *migDevice)
 {
@@ -334,20 +370,10 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned i
     FG_TRY(fg_read_dyn(ref.gpu, &d));
     /* beyond the max count (0 with MIG off) the index is invalid, as nvml.h documents */
     if (index >= fg_max_mig_devices(&ref, &d)) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned n = 0;
-    for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
-        if (!d.gis[g].active) continue;
-        for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
-            if (!d.gis[g].cis[c].active) continue;
-            /* a container's own MIG devices only, numbered from 0 as its nvidia-smi shows */
-            if (!fg_view_shows_mig(ref.gpu, d.gis[g].id, d.gis[g].cis[c].id)) continue;
-            if (n++ == index) {
-                *migDevice = fg_mig_handle(ref.gpu, g, c);
-                return NVML_SUCCESS;
-            }
-        }
-    }
-    return NVML_ERROR_NOT_FOUND;
+    uint32_t g = 0, c = 0;
+    if (mig_walk(&ref, &d, index, &g, &c, 0) < 0) return NVML_ERROR_NOT_FOUND;
+    *migDevice = fg_mig_handle(ref.gpu, g, c);
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
