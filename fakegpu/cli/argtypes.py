@@ -50,6 +50,17 @@ def positive(text: str) -> float:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return value
+
+
 TOPOLOGY_HELP = (f"a packaged topology's name (fakegpu topology list) or a topology YAML "
                  f"(default: {DEFAULT})")
 

@@ -70,6 +70,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--grace-period", type=argtypes.seconds, default=30.0, metavar="SECONDS",
                      help="on SIGTERM, how long in-flight calls may take to finish "
                           "(default: %(default)s)")
+    run.add_argument("--probe-port", type=argtypes.port, default=None, metavar="PORT",
+                     help="serve GET /readyz on this TCP port: 200 once both sockets serve, "
+                          "503 before; for the kubelet's httpGet readiness probe, which "
+                          "starts no process (default: not served)")
     run.add_argument("--version", dest="print_version", action="store_true",
                      help="print this plugin's version (the image's stamp, or "
                           "$FAKEGPU_PLUGIN_VERSION) and exit")
@@ -111,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir, write_status=args.write_status,
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
         grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig,
-        keep_slices_on_exit=args.keep_slices_on_exit,
+        keep_slices_on_exit=args.keep_slices_on_exit, probe_port=args.probe_port,
         shared_gpus=_minors(args.shared_gpus)))
 
 

@@ -7,7 +7,9 @@ node's ResourceSlices (as the last instance must), and the node has no devices u
 one republishes. With this probe the old instance sees the new one and leaves them.
 
 Usage: ``python -m fakegpu.node.readiness --driver-name D [--kubelet-root R]``, with the
-instance id in $POD_UID as for the plugin. Exit 0 when ready, 1 when not.
+instance id in $POD_UID as for the plugin. Exit 0 when ready, 1 when not. The same check as the
+plugin's own ``GET /readyz`` (``plugin run --probe-port``, fakegpu/plugin/probe.py), which the
+chart probes instead: an exec probe starts an interpreter on every node every period.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from pathlib import Path
 
 
 def ready(kubelet_root: Path, driver: str, instance_id: str) -> tuple[bool, str]:
-    from fakegpu.plugin.sockets import socket_alive, socket_paths
+    from fakegpu.plugin.probe import serving
+    from fakegpu.plugin.sockets import socket_paths
 
-    paths = socket_paths(kubelet_root, driver, instance_id)
-    down = [str(p) for p in (paths.registration, paths.dra) if not socket_alive(p)]
-    return (not down, "serving" if not down else "not serving yet: " + ", ".join(down))
+    return serving(socket_paths(kubelet_root, driver, instance_id))
 
 
 def main(argv: Sequence[str]) -> int:

@@ -26,6 +26,7 @@ from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .kube import Kube
+from .probe import ReadinessEndpoint
 from .publish import SlicePublisher, merge_taints
 from .server import PluginServers
 from .sockets import SocketPaths, socket_alive, socket_paths
@@ -50,6 +51,7 @@ class Options:
     dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
+    probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
 
 
 def usable_dir(flag: str, path: Path) -> None:
@@ -159,11 +161,14 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if opts.write_status:
         conditions.start()
     servers = PluginServers(driver, paths, opts.workers, streams)
+    probe = None if opts.probe_port is None else ReadinessEndpoint(paths, opts.probe_port)
     log.info("serving driver=%s node=%s version=%s registration=%s dra=%s state=%s",
              opts.driver_name, opts.node_name, stamp.version, paths.registration, paths.dra,
              state_dir)
     stop.wait()
     servers.stop(opts.grace_period_s)
+    if probe is not None:
+        probe.stop()
     driver.close()
     publisher.stop()
     if opts.write_status:

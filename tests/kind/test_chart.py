@@ -72,9 +72,12 @@ def test_daemonset_upgrades_seamlessly_and_mounts_what_the_kubelet_shares(
     assert sc["capabilities"]["drop"] == ["ALL"] and sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True and "privileged" not in sc
     assert "--driver-name=gpu.fakegpu.dev" in c["args"]
-    # Ready means "serving its sockets", so a surge never removes the old pod too early.
-    probe = c["readinessProbe"]["exec"]["command"]
-    assert "fakegpu.node.readiness" in probe and "--driver-name=gpu.fakegpu.dev" in probe
+    # Ready means "serving its sockets", so a surge never removes the old pod too early; the
+    # kubelet asks the plugin over HTTP (no process started per probe).
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probe"}
+    assert "exec" not in c["readinessProbe"]
+    assert {"name": "probe", "containerPort": 8081, "protocol": "TCP"} in c["ports"]
+    assert "--probe-port=8081" in c["args"]
 
 
 def test_sequential_upgrades_and_extra_env(helm: Path) -> None:

@@ -474,3 +474,31 @@ def test_a_one_claim_prepare_never_waits_for_a_big_batch(node: Node,
         release.set()
         caller.join(30)
     assert all(c.error == "" for c in batch[0].claims.values())
+
+
+def test_readiness_endpoint_answers_what_the_sockets_say(node: Node) -> None:
+    """GET /readyz: 503 naming what is not serving, 200 once both sockets serve, 404 elsewhere."""
+    import urllib.error
+    import urllib.request
+
+    from fakegpu.plugin.probe import ReadinessEndpoint
+
+    paths = socket_paths(node.root, DRIVER, "pod-uid-9")
+    endpoint = ReadinessEndpoint(paths, 0)
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}{path}",
+                                        timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    try:
+        code, text = get("/readyz")
+        assert code == 503 and str(paths.registration) in text
+        node.start("pod-uid-9")
+        assert get("/readyz") == (200, "serving\n")
+        assert get("/healthz")[0] == 404
+    finally:
+        endpoint.stop()
