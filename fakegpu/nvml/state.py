@@ -31,7 +31,8 @@ from fakegpu.topology.model import (
 )
 
 MAGIC = b"FAKEGPU\0"
-LAYOUT_VERSION = 3  # 3: idle_sm_clock_mhz (was padding), H200 facts read 2026-12-04
+# 3: idle_sm_clock_mhz (was padding), H200 facts read 2026-12-04; 4: compute_mode, timeslice
+LAYOUT_VERSION = 4
 MAX_GPUS = 256
 MAX_LINKS = 36
 MAX_PROFILES = 16
@@ -147,6 +148,7 @@ class GpuDynamic(ctypes.Structure):
         ("mig_current", ctypes.c_uint32), ("mig_pending", ctypes.c_uint32),
         ("persistence_mode", ctypes.c_uint32), ("lost", ctypes.c_uint32),
         ("fabric_degraded", ctypes.c_uint32), ("last_xid", ctypes.c_uint32),
+        ("compute_mode", ctypes.c_uint32), ("timeslice", ctypes.c_uint32),
         ("link_down_mask", ctypes.c_uint64), ("ecc_dbe_volatile", ctypes.c_uint64),
         ("xid_count", ctypes.c_uint64), ("gis", GpuInstance * MAX_GIS),
     ]

@@ -314,3 +314,50 @@ def test_query_csv_as_a_real_h200_prints_it(tmp_path: Path) -> None:
                  "mig.mode.current,compute_mode", "--format=csv")
     bus = re.compile(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9]")
     assert [bus.sub("BUS", line) for line in fake] == [bus.sub("BUS", line) for line in real]
+
+
+def test_compute_mode_as_nvidias_plugin_sets_it(tmp_path: Path) -> None:
+    """`nvidia-smi -i UUID -c EXCLUSIVE_PROCESS` (NVIDIA's DRA plugin, MPS sharing) and back:
+    kept in the node's state, so NVML in any process reads the mode; NVIDIA's lines (the
+    "already set" one read on a real H200)."""
+    state = _state(tmp_path, "dgx-h100.yaml", "dgx-h100-0")
+    gpus = read_node_gpus(state)
+    target = gpus[1]
+    out = _smi(state, "-i", target.uuid, "-c", "EXCLUSIVE_PROCESS")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"Set compute mode to EXCLUSIVE_PROCESS for GPU {target.pci_bus_id}.", "All done."]
+    modes = _smi(state, "--query-gpu=index,compute_mode", "--format=csv,noheader")
+    assert modes.stdout.splitlines() == [
+        f"{g.index}, {'Exclusive_Process' if g.index == target.index else 'Default'}"
+        for g in gpus]
+    again = _smi(state, "-i", str(target.index), "-c", "3")
+    assert again.stdout.splitlines()[0] == (
+        f"Compute mode is already set to EXCLUSIVE_PROCESS for GPU {target.pci_bus_id}.")
+    code = (f"import pynvml as n; n.nvmlInit(); "
+            f"print(n.nvmlDeviceGetComputeMode(n.nvmlDeviceGetHandleByIndex({target.index})))")
+    seen = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env(state)},
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert seen.stdout.strip() == "3"  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+    assert _smi(state, "-i", target.uuid, "-c", "DEFAULT").returncode == 0
+    bad = _smi(state, "-c", "SOMETIMES")
+    assert bad.returncode == 2 and "SOMETIMES" in bad.stderr
+
+
+def test_compute_policy_timeslice(tmp_path: Path) -> None:
+    """`nvidia-smi compute-policy -i UUID --set-timeslice N` (NVIDIA's time-slicing sharing):
+    set per GPU, listed with -l, refused outside 0-3."""
+    state = _state(tmp_path, "dgx-h100.yaml", "dgx-h100-0")
+    gpus = read_node_gpus(state)
+    out = _smi(state, "compute-policy", "-i", gpus[2].uuid, "--set-timeslice", "2")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"Set timeslice to MEDIUM for GPU {gpus[2].pci_bus_id}.", "All done."]
+    listed = _smi(state, "compute-policy", "-l")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [
+        f"GPU {g.index} ({g.pci_bus_id}): timeslice {'MEDIUM' if g.index == 2 else 'DEFAULT'}"
+        for g in gpus]
+    bad = _smi(state, "compute-policy", "--set-timeslice", "7")
+    assert bad.returncode == 2 and "7" in bad.stderr
+    assert _smi(state, "compute-policy").returncode == 2  # neither --set-timeslice nor -l

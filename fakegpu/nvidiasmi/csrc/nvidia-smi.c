@@ -11,6 +11,10 @@
  *   nvidia-smi mig -lgi | -lci             GPU and compute instances
  *   nvidia-smi mig -lgip | -lgipp          GPU-instance profiles and their placements
  *   nvidia-smi --version                   versions of the tool, NVML, driver and CUDA
+ *   nvidia-smi [-i ID] -c MODE             set the compute mode (DEFAULT, EXCLUSIVE_PROCESS, ...)
+ *   nvidia-smi compute-policy [-i ID] --set-timeslice N | -l
+ *                                          the time-slice policy (0 DEFAULT .. 3 LONG); NVIDIA's
+ *                                          DRA plugin runs both for its sharing strategies
  *
  * ID is what NVIDIA's -i takes: an index, a GPU UUID, a PCI bus id or a board serial number.
  * Exit codes are NVIDIA's: 2 bad arguments, 6 no such GPU, 9 no driver, 15 a GPU is lost.
@@ -31,6 +35,9 @@
 /* In the fake NVML (linked in): the bus id of a GPU whose handle NVML refuses, as NVIDIA's
  * nvidia-smi learns it from the kernel driver. */
 int fakegpu_bus_id(unsigned int index, char *busId, unsigned int length);
+/* The compute-policy time slice, kept in the node's state (no public NVML call reaches it). */
+nvmlReturn_t fakegpu_device_timeslice(nvmlDevice_t device, unsigned int *timeslice);
+nvmlReturn_t fakegpu_device_set_timeslice(nvmlDevice_t device, unsigned int timeslice);
 
 static unsigned int count;
 static nvmlDevice_t gpus[MAX_GPUS];
@@ -793,11 +800,86 @@ static int summary(void)
     return lost_any();
 }
 
+static const char *const COMPUTE_MODES[] = {"DEFAULT", "EXCLUSIVE_THREAD", "PROHIBITED",
+                                             "EXCLUSIVE_PROCESS"};
+static const char *const TIMESLICES[] = {"DEFAULT", "SHORT", "MEDIUM", "LONG"};
+
+/* A name (any case) or its number; -1 when it is neither. */
+static int choice(const char *text, const char *const *names, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (!strcasecmp(text, names[k]) || (text[0] == '0' + k && text[1] == '\0')) return k;
+    return -1;
+}
+
+static int mode_arg = -1, timeslice_arg = -1;
+
+/* One line per GPU as NVIDIA's tool prints it (read on an H200, driver 580.159.04: "Compute
+ * mode is already set to DEFAULT for GPU 00000000:00:06.0." and "All done."). */
+static int set_compute_mode(void)
+{
+    int rc = 0;
+    for (unsigned int i = 0; i < count; i++) {
+        if (report_lost(i)) continue;
+        if (!shown(i)) continue;
+        nvmlPciInfo_t pci;
+        nvmlComputeMode_t now;
+        nvmlReturn_t r = nvmlDeviceGetPciInfo(gpus[i], &pci);
+        if (r == NVML_SUCCESS) r = nvmlDeviceGetComputeMode(gpus[i], &now);
+        if (r == NVML_SUCCESS && (int)now == mode_arg) {
+            printf("Compute mode is already set to %s for GPU %s.\n", COMPUTE_MODES[mode_arg],
+                   pci.busId);
+            continue;
+        }
+        if (r == NVML_SUCCESS) r = nvmlDeviceSetComputeMode(gpus[i], (nvmlComputeMode_t)mode_arg);
+        if (r != NVML_SUCCESS) {
+            printf("Unable to set the compute mode of GPU %u: %s\n", i, nvmlErrorString(r));
+            rc = 3;
+            continue;
+        }
+        printf("Set compute mode to %s for GPU %s.\n", COMPUTE_MODES[mode_arg], pci.busId);
+    }
+    if (rc == 0) rc = lost_any();
+    printf("All done.\n");
+    return rc;
+}
+
+/* compute-policy: the wording of these lines was not read on real hardware (docs/nvidia-smi.md);
+ * the exit codes are what callers (NVIDIA's plugin) look at. */
+static int timeslice_command(void)
+{
+    int rc = 0;
+    for (unsigned int i = 0; i < count; i++) {
+        if (report_lost(i)) continue;
+        if (!shown(i)) continue;
+        nvmlPciInfo_t pci;
+        unsigned int now = 0;
+        nvmlReturn_t r = nvmlDeviceGetPciInfo(gpus[i], &pci);
+        if (r == NVML_SUCCESS && timeslice_arg >= 0)
+            r = fakegpu_device_set_timeslice(gpus[i], (unsigned int)timeslice_arg);
+        if (r == NVML_SUCCESS) r = fakegpu_device_timeslice(gpus[i], &now);
+        if (r != NVML_SUCCESS) {
+            printf("Unable to %s the compute policy of GPU %u: %s\n",
+                   timeslice_arg >= 0 ? "set" : "read", i, nvmlErrorString(r));
+            rc = 3;
+            continue;
+        }
+        if (timeslice_arg >= 0)
+            printf("Set timeslice to %s for GPU %s.\n", TIMESLICES[now], pci.busId);
+        else
+            printf("GPU %u (%s): timeslice %s\n", i, pci.busId, TIMESLICES[now]);
+    }
+    if (rc == 0) rc = lost_any();
+    if (timeslice_arg >= 0) printf("All done.\n");
+    return rc;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: nvidia-smi [-i ID[,ID...]] [-L | -q | --query-gpu=F,... "
                     "--format=csv[,noheader][,nounits]] | --version | topo -m | "
-                    "mig -lgi | -lci | -lgip | -lgipp\n");
+                    "mig -lgi | -lci | -lgip | -lgipp | -c MODE | "
+                    "compute-policy [-i ID] --set-timeslice N | -l\n");
     return 2;
 }
 
@@ -823,9 +905,38 @@ static int lci(void) { return mig_list(1); }
 static int lgip(void) { return mig_profiles(0); }
 static int lgipp(void) { return mig_profiles(1); }
 
-int main(int argc, char **argv)
+/* nvidia-smi compute-policy [-i ID] (--set-timeslice N | -l | -h) */
+static int compute_policy(int argc, char **argv)
 {
     const char *ids = NULL;
+    int list = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *value = NULL;
+        if ((!strcmp(argv[i], "-i") || !strcmp(argv[i], "--id")) && i + 1 < argc) ids = argv[++i];
+        else if (!strncmp(argv[i], "--id=", 5)) ids = argv[i] + 5;
+        else if (!strcmp(argv[i], "-l") || !strcmp(argv[i], "--list")) list = 1;
+        else if (!strcmp(argv[i], "--set-timeslice") && i + 1 < argc) value = argv[++i];
+        else if (!strncmp(argv[i], "--set-timeslice=", 16)) value = argv[i] + 16;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("nvidia-smi compute-policy [-i ID[,ID...]] --set-timeslice N | -l\n"
+                   "  --set-timeslice N  the time slice of the GPUs' scheduler: 0 DEFAULT, "
+                   "1 SHORT, 2 MEDIUM, 3 LONG\n"
+                   "  -l, --list         each GPU's time slice\n");
+            return 0;
+        } else return usage();
+        if (value != NULL && (timeslice_arg = choice(value, TIMESLICES, 4)) < 0) {
+            fprintf(stderr, "Invalid timeslice \"%s\": expected 0 (DEFAULT), 1 (SHORT), "
+                            "2 (MEDIUM) or 3 (LONG)\n", value);
+            return 2;
+        }
+    }
+    if (list == (timeslice_arg >= 0)) return usage();  /* exactly one of the two */
+    return run(timeslice_command, ids);
+}
+
+int main(int argc, char **argv)
+{
+    const char *ids = NULL, *mode = NULL;
     int list = 0, full = 0;
     if (argc >= 2 && !strcmp(argv[1], "topo")) {
         if (argc != 3 || strcmp(argv[2], "-m")) return usage();
@@ -840,6 +951,7 @@ int main(int argc, char **argv)
         return usage();
     }
     if (argc == 2 && !strcmp(argv[1], "--version")) return run(versions, NULL);
+    if (argc >= 2 && !strcmp(argv[1], "compute-policy")) return compute_policy(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-L") || !strcmp(argv[i], "--list-gpus")) list = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--query")) full = 1;
@@ -849,8 +961,17 @@ int main(int argc, char **argv)
             ids = argv[++i];
         else if (!strncmp(argv[i], "--id=", 5)) ids = argv[i] + 5;
         else if (!strncmp(argv[i], "-i", 2) && argv[i][2] != '\0') ids = argv[i] + 2;
+        else if ((!strcmp(argv[i], "-c") || !strcmp(argv[i], "--compute-mode")) && i + 1 < argc)
+            mode = argv[++i];
+        else if (!strncmp(argv[i], "--compute-mode=", 15)) mode = argv[i] + 15;
         else return usage();
     }
-    if (list + full + (query != NULL) > 1) return usage();
-    return run(list ? list_gpus : full ? query_all : query ? query_command : summary, ids);
+    if (mode != NULL && (mode_arg = choice(mode, COMPUTE_MODES, 4)) < 0) {
+        fprintf(stderr, "Invalid compute mode \"%s\": expected DEFAULT, EXCLUSIVE_THREAD, "
+                        "PROHIBITED or EXCLUSIVE_PROCESS (or 0-3)\n", mode);
+        return 2;
+    }
+    if (list + full + (query != NULL) + (mode != NULL) > 1) return usage();
+    return run(list ? list_gpus : full ? query_all : query ? query_command
+               : mode ? set_compute_mode : summary, ids);
 }

@@ -1,5 +1,6 @@
 /* Per-device queries: identity, memory, PCI, modes and plausible telemetry. */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -370,8 +371,59 @@ FG_EXPORT nvmlReturn_t fakegpu_device_last_xid(nvmlDevice_t device, unsigned int
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
     FG_DEVICE(device, ref, mode);
-    *mode = NVML_COMPUTEMODE_DEFAULT;
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    *mode = (nvmlComputeMode_t)d.compute_mode;
     return NVML_SUCCESS;
+}
+
+static nvmlReturn_t set_u32(uint32_t gpu, struct fgs_gpu_dynamic *d, struct fgs_event *ev,
+                            int *has_event, void *arg)
+{
+    (void)gpu;
+    (void)ev;
+    (void)has_event;
+    const uint32_t *field_value = arg;  /* {offset in the record, value} */
+    memcpy((char *)d + field_value[0], &field_value[1], sizeof(uint32_t));
+    return NVML_SUCCESS;
+}
+
+/* Kept in the node's state, so every process (nvidia-smi, a plugin, a pod) sees the mode a
+ * sharing setup applied (NVIDIA's plugin runs `nvidia-smi -i UUID -c EXCLUSIVE_PROCESS` for
+ * MPS and back to DEFAULT). A MIG device takes its GPU's mode: nvml.h sets it per device. */
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+    FG_CHECK_INIT();
+    struct fg_ref ref;
+    FG_TRY(fg_device(device, &ref));
+    FG_WHOLE_GPU(ref);
+    if ((unsigned)mode >= NVML_COMPUTEMODE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
+    uint32_t arg[2] = {offsetof(struct fgs_gpu_dynamic, compute_mode), (uint32_t)mode};
+    return fg_mutate(ref.gpu, set_u32, arg);
+}
+
+/* fakegpu's own: the compute-policy timeslice (0 DEFAULT, 1 SHORT, 2 MEDIUM, 3 LONG) that
+ * `nvidia-smi compute-policy --set-timeslice` sets; NVIDIA's tool reaches it through no public
+ * NVML call, so the fake nvidia-smi uses these. */
+FG_EXPORT nvmlReturn_t fakegpu_device_timeslice(nvmlDevice_t device, unsigned int *timeslice)
+{
+    FG_DEVICE(device, ref, timeslice);
+    FG_WHOLE_GPU(ref);
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    *timeslice = d.timeslice;
+    return NVML_SUCCESS;
+}
+
+FG_EXPORT nvmlReturn_t fakegpu_device_set_timeslice(nvmlDevice_t device, unsigned int timeslice)
+{
+    FG_CHECK_INIT();
+    struct fg_ref ref;
+    FG_TRY(fg_device(device, &ref));
+    FG_WHOLE_GPU(ref);
+    if (timeslice > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    uint32_t arg[2] = {offsetof(struct fgs_gpu_dynamic, timeslice), timeslice};
+    return fg_mutate(ref.gpu, set_u32, arg);
 }
 
 nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *mode)

@@ -29,6 +29,7 @@ static_assert(sizeof(struct fgs_header) % 8 == 0, "header alignment");
     X(fgs_gpu_static, clique_id) X(fgs_gpu_static, mig_capable) X(fgs_gpu_static, profiles)  \
     X(fgs_gpu_static, addressing_mode) X(fgs_gpu_static, idle_sm_clock_mhz)                  \
     X(fgs_link, remote_node) X(fgs_profile, memory_mib) X(fgs_profile, placements)           \
+    X(fgs_gpu_dynamic, compute_mode) X(fgs_gpu_dynamic, timeslice)                           \
     X(fgs_gpu_dynamic, link_down_mask) X(fgs_gpu_dynamic, gis) X(fgs_gi, cis)                \
     X(fgs_event, event_type)
 

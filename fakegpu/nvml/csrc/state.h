@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define FGS_MAGIC "FAKEGPU"     /* 8 bytes with the NUL */
-#define FGS_LAYOUT_VERSION 3u     /* 2: addressing_mode; 3: idle_sm_clock_mhz */
+#define FGS_LAYOUT_VERSION 4u     /* 2: addressing_mode; 3: idle_sm_clock_mhz; 4: compute_mode, timeslice */
 
 #define FGS_MAX_GPUS 256u
 #define FGS_MAX_LINKS 36u       /* NVML_NVLINK_MAX_LINKS of the header we build with */
@@ -149,6 +149,8 @@ struct fgs_gpu_dynamic {
     uint32_t lost;               /* fault gpu-lost */
     uint32_t fabric_degraded;    /* fault fabric-degraded */
     uint32_t last_xid;
+    uint32_t compute_mode;       /* nvmlComputeMode_t; DEFAULT when rendered */
+    uint32_t timeslice;          /* nvidia-smi compute-policy --set-timeslice: 0 DEFAULT .. 3 LONG */
     uint64_t link_down_mask;     /* fault nvlink-down, bit per link */
     uint64_t ecc_dbe_volatile;   /* fault ecc-dbe count */
     uint64_t xid_count;
