@@ -18,7 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from fakegpu.errors import FakegpuError
+from fakegpu.errors import FakegpuError, InvalidInput, printable
 from fakegpu.kube.errors import CLIENT_ERRORS
 from fakegpu.kube.resource import GROUP, newest_served
 
@@ -168,10 +168,39 @@ def complete_pools(slices: Iterable[Mapping[str, Any]]) -> set[str]:
 # --- writes --------------------------------------------------------------------------------------
 
 
+def path_segment_problem(name: str) -> str:
+    """Why ``name`` cannot be one segment of a request path, or "": the apiserver's rule for
+    every object name (IsValidPathSegmentName); each kind's own rule is stricter."""
+    if name in ("", ".", ".."):
+        return "must not be empty, '.' or '..'"
+    if "/" in name or "%" in name:
+        return "must not contain '/' or '%'"
+    return ""
+
+
+def _checked(objects: Iterable[Mapping[str, Any]], namespace: str | None
+             ) -> list[Mapping[str, Any]]:
+    """The objects, once each one's name and namespace are safe in a request path: the client
+    puts them into the URL unescaped (``../x`` would reach another resource)."""
+    out = list(objects)
+    for obj in out:
+        meta = obj.get("metadata") or {}
+        what = f"{obj.get('kind', 'object')} {printable(str(meta.get('name', '')))!r}"
+        for field, value in (("metadata.name", meta.get("name")),
+                             ("metadata.namespace", meta.get("namespace") or namespace)):
+            if value is None and field == "metadata.namespace":
+                continue
+            if not isinstance(value, str) or (why := path_segment_problem(value)):
+                raise InvalidInput(f"{what}: {field} {printable(str(value))!r} "
+                                   f"{why or 'must be a string'}")
+    return out
+
+
 def apply(api: client.ApiClient, objects: Iterable[Mapping[str, Any]], *,
           namespace: str | None = None, field_manager: str = FIELD_MANAGER
           ) -> list[dict[str, Any]]:
     """Server-side apply each object (idempotent, like ``kubectl apply --server-side``)."""
+    objects = _checked(objects, namespace)
     dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
     applied: list[dict[str, Any]] = []
     for obj in objects:

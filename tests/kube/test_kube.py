@@ -117,3 +117,24 @@ def test_complete_pools_counts_slices_of_the_newest_generation() -> None:
         {"spec": {"pool": {"name": "x", "generation": 1, "resourceSliceCount": 1}}},
     ]
     assert complete_pools(slices) == {"a100-mig", "h100-dyn"}
+
+
+@pytest.mark.parametrize(("meta", "field"), [
+    ({"name": "../nodes"}, "metadata.name"),
+    ({"name": "a/b"}, "metadata.name"),
+    ({"name": ".."}, "metadata.name"),
+    ({"name": "x%2F"}, "metadata.name"),
+    ({"name": "ok", "namespace": "../kube-system"}, "metadata.namespace"),
+])
+def test_apply_refuses_a_name_that_is_no_path_segment(meta: dict, field: str) -> None:
+    """The client puts names into the request URL unescaped: refused before any request (the
+    client here points at a closed port, so reaching the network would fail otherwise)."""
+    from kubernetes import client
+
+    from fakegpu.errors import InvalidInput
+
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+    with pytest.raises(InvalidInput, match=rf"ConfigMap .*: {field} .* must not"):
+        kubeapi.apply(api, [obj], namespace="default")
+    assert kubeapi.path_segment_problem("system:controller:x") == ""  # RBAC names stay valid
