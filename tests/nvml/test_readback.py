@@ -13,7 +13,7 @@ from fakegpu.nvml import state
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import LinkState, RemoteType, Topology
 
-from .conftest import FIXTURE_FILES, FIXTURES, py_json
+from .conftest import FIXTURE_FILES, FIXTURES, py_json, render_node, topology
 
 # One interpreter per fixture walks every node: re-init with another FAKEGPU_NVML_STATE.
 PROBE = """
@@ -190,3 +190,29 @@ def test_grace_part_answers_ats(tmp_path: Path) -> None:
     gpu = topo.nodes[0].gpus[0]
     assert gpu.fabric is not None
     assert got == [gpu.product.name, 2, [False, gpu.fabric.clique_id, 3, 0]]
+
+
+def test_persistence_and_compute_mode_are_kept_for_every_process(tmp_path: Path) -> None:
+    """Set in one process (as nvidia-smi -pm / -c does), read in the next: the node's state
+    holds them; a mode NVML does not know is INVALID_ARGUMENT."""
+    path = render_node(tmp_path, topology("dgx-h100"), "dgx-h100-0")
+    assert py_json(path, """
+import json, pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(3)
+n.nvmlDeviceSetPersistenceMode(h, n.NVML_FEATURE_DISABLED)
+n.nvmlDeviceSetComputeMode(h, n.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS)
+try:
+    n.nvmlDeviceSetComputeMode(h, 7)
+    bad = 0
+except n.NVMLError as err:
+    bad = err.value
+print(json.dumps(bad))
+""") == 2  # NVML_ERROR_INVALID_ARGUMENT
+    got = py_json(path, """
+import json, pynvml as n
+n.nvmlInit()
+print(json.dumps([[n.nvmlDeviceGetPersistenceMode(n.nvmlDeviceGetHandleByIndex(i)),
+                   n.nvmlDeviceGetComputeMode(n.nvmlDeviceGetHandleByIndex(i))] for i in (2, 3)]))
+""")
+    assert got == [[1, 0], [0, 3]]  # GPU 2 untouched: persistence on, DEFAULT

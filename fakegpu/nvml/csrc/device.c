@@ -377,13 +377,14 @@ nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mo
     return NVML_SUCCESS;
 }
 
+/* Sets one uint32_t of a GPU's dynamic record: arg is {offset in the record, value}. */
 static nvmlReturn_t set_u32(uint32_t gpu, struct fgs_gpu_dynamic *d, struct fgs_event *ev,
                             int *has_event, void *arg)
 {
     (void)gpu;
     (void)ev;
     (void)has_event;
-    const uint32_t *field_value = arg;  /* {offset in the record, value} */
+    const uint32_t *field_value = arg;
     memcpy((char *)d + field_value[0], &field_value[1], sizeof(uint32_t));
     return NVML_SUCCESS;
 }
@@ -451,16 +452,6 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
     return NVML_SUCCESS;
 }
 
-static nvmlReturn_t set_persistence(uint32_t gpu, struct fgs_gpu_dynamic *d, struct fgs_event *ev,
-                                    int *has_event, void *arg)
-{
-    (void)gpu;
-    (void)ev;
-    (void)has_event;
-    d->persistence_mode = *(const unsigned *)arg;
-    return NVML_SUCCESS;
-}
-
 nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
 {
     FG_CHECK_INIT();
@@ -469,8 +460,9 @@ nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
     FG_WHOLE_GPU(ref);
     if (mode != NVML_FEATURE_ENABLED && mode != NVML_FEATURE_DISABLED)
         return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned v = mode == NVML_FEATURE_ENABLED;
-    return fg_mutate(ref.gpu, set_persistence, &v);
+    uint32_t arg[2] = {offsetof(struct fgs_gpu_dynamic, persistence_mode),
+                       mode == NVML_FEATURE_ENABLED};
+    return fg_mutate(ref.gpu, set_u32, arg);
 }
 
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
