@@ -389,18 +389,26 @@ static nvmlReturn_t set_u32(uint32_t gpu, struct fgs_gpu_dynamic *d, struct fgs_
     return NVML_SUCCESS;
 }
 
-/* Kept in the node's state, so every process (nvidia-smi, a plugin, a pod) sees the mode a
- * sharing setup applied (NVIDIA's plugin runs `nvidia-smi -i UUID -c EXCLUSIVE_PROCESS` for
- * MPS and back to DEFAULT). A MIG device takes its GPU's mode: nvml.h sets it per device. */
-nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+/* The setters' one path: a whole GPU's handle (a MIG device's is NOT_SUPPORTED), then the
+ * value (``valid``, INVALID_ARGUMENT), then the field at ``offset`` in its dynamic record. */
+static nvmlReturn_t set_field(nvmlDevice_t device, size_t offset, uint32_t value, int valid)
 {
     FG_CHECK_INIT();
     struct fg_ref ref;
     FG_TRY(fg_device(device, &ref));
     FG_WHOLE_GPU(ref);
-    if ((unsigned)mode >= NVML_COMPUTEMODE_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
-    uint32_t arg[2] = {offsetof(struct fgs_gpu_dynamic, compute_mode), (uint32_t)mode};
+    if (!valid) return NVML_ERROR_INVALID_ARGUMENT;
+    uint32_t arg[2] = {(uint32_t)offset, value};
     return fg_mutate(ref.gpu, set_u32, arg);
+}
+
+/* Kept in the node's state, so every process (nvidia-smi, a plugin, a pod) sees the mode a
+ * sharing setup applied (NVIDIA's plugin runs `nvidia-smi -i UUID -c EXCLUSIVE_PROCESS` for
+ * MPS and back to DEFAULT). A MIG device takes its GPU's mode: nvml.h sets it per device. */
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode)
+{
+    return set_field(device, offsetof(struct fgs_gpu_dynamic, compute_mode), (uint32_t)mode,
+                     (unsigned)mode < NVML_COMPUTEMODE_COUNT);
 }
 
 /* fakegpu's own: the compute-policy timeslice (0 DEFAULT, 1 SHORT, 2 MEDIUM, 3 LONG) that
@@ -418,13 +426,8 @@ FG_EXPORT nvmlReturn_t fakegpu_device_timeslice(nvmlDevice_t device, unsigned in
 
 FG_EXPORT nvmlReturn_t fakegpu_device_set_timeslice(nvmlDevice_t device, unsigned int timeslice)
 {
-    FG_CHECK_INIT();
-    struct fg_ref ref;
-    FG_TRY(fg_device(device, &ref));
-    FG_WHOLE_GPU(ref);
-    if (timeslice > 3) return NVML_ERROR_INVALID_ARGUMENT;
-    uint32_t arg[2] = {offsetof(struct fgs_gpu_dynamic, timeslice), timeslice};
-    return fg_mutate(ref.gpu, set_u32, arg);
+    return set_field(device, offsetof(struct fgs_gpu_dynamic, timeslice), timeslice,
+                     timeslice <= 3);
 }
 
 nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *mode)
@@ -454,15 +457,9 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t
 
 nvmlReturn_t nvmlDeviceSetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t mode)
 {
-    FG_CHECK_INIT();
-    struct fg_ref ref;
-    FG_TRY(fg_device(device, &ref));
-    FG_WHOLE_GPU(ref);
-    if (mode != NVML_FEATURE_ENABLED && mode != NVML_FEATURE_DISABLED)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    uint32_t arg[2] = {offsetof(struct fgs_gpu_dynamic, persistence_mode),
-                       mode == NVML_FEATURE_ENABLED};
-    return fg_mutate(ref.gpu, set_u32, arg);
+    return set_field(device, offsetof(struct fgs_gpu_dynamic, persistence_mode),
+                     mode == NVML_FEATURE_ENABLED,
+                     mode == NVML_FEATURE_ENABLED || mode == NVML_FEATURE_DISABLED);
 }
 
 nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
