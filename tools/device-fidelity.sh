@@ -16,6 +16,9 @@ smi lgip mig -lgip
 smi lgipp mig -lgipp
 smi topo topo -m
 smi help-compute-policy compute-policy --help
+smi compute-policy-l compute-policy -l
+smi qx -q -x
+smi q-i0 -i 0 -q
 smi query-csv --query-gpu=index,name,pci.bus_id,memory.total,mig.mode.current,compute_mode --format=csv
 {
   echo "## uname"; uname -a

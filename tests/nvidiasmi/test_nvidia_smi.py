@@ -355,9 +355,56 @@ def test_compute_policy_timeslice(tmp_path: Path) -> None:
         f"Set timeslice to MEDIUM for GPU {gpus[2].pci_bus_id}.", "All done."]
     listed = _smi(state, "compute-policy", "-l")
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == [
-        f"GPU {g.index} ({g.pci_bus_id}): timeslice {'MEDIUM' if g.index == 2 else 'DEFAULT'}"
-        for g in gpus]
+    rows = [line.split() for line in listed.stdout.splitlines() if "Timeslice" in line]
+    assert rows == [["|", str(g.index), "Timeslice", "Medium" if g.index == 2 else "Default", "|"]
+                    for g in gpus]
     bad = _smi(state, "compute-policy", "--set-timeslice", "7")
     assert bad.returncode == 2 and "7" in bad.stderr
     assert _smi(state, "compute-policy").returncode == 2  # neither --set-timeslice nor -l
+
+
+def test_compute_policy_list_as_a_real_h200_prints_it(tmp_path: Path) -> None:
+    real = (REAL / "smi-compute-policy-l.txt").read_text().splitlines()
+    assert _gpu0(tmp_path, "compute-policy", "-i", "0", "-l") == real
+
+
+# -q values that differ from the real H200's reading for a reason other than a fake's defect.
+Q_DIFFERENT = {
+    "Timestamp", "Attached GPUs",  # the moment; a 1-GPU VM against the 8-GPU fixture
+    "GPU", "Bus", "Device", "Bus Id",  # the VM's PCI slot
+    "Serial Number", "GPU UUID", "Board Part Number", "VBIOS Version",  # this board, not the part
+    "Module Id", "Virtualization Mode",  # VM artifacts (Firecracker pass-through)
+    "Tx Throughput", "Rx Throughput", "Average Power Draw", "Instantaneous Power Draw",
+    "GPU Current Temp",  # live readings
+    "GPU PDI", "Board ID", "GPU Part Number", "Image Version", "OEM Object", "ECC Object",
+    "GPU T.Limit Temp", "GPU Shutdown T.Limit Temp", "GPU Slowdown T.Limit Temp",
+    "GPU Max Operating T.Limit Temp", "Memory Current Temp", "Memory Max Operating T.Limit Temp",
+    # no NVML call of the fake backs these: N/A, as a GPU without the reading prints
+    "Min Power Limit",  # the fake derives it (a quarter of the limit): 175 W, real 200 W
+    "Video",  # the fake derives video clocks from the SM clock
+    "State", "Status", "CliqueId", "ClusterUUID",  # hgx-h200 has NVSwitches, the VM's GPU none
+}
+
+
+def _q_lines(lines: list[str]) -> list[tuple[str, str | None]]:
+    """Each line of -q as (key with its indentation, value or None for a section title)."""
+    out: list[tuple[str, str | None]] = []
+    for line in lines:
+        key, sep, value = line.partition(" : ")
+        if line.startswith("GPU 0000"):
+            key, value = "GPU", line[4:]
+        elif not sep:
+            value = None
+        out.append((key.rstrip() if sep else key, value))
+    return out
+
+
+def test_full_query_as_a_real_h200_prints_it(tmp_path: Path) -> None:
+    """`nvidia-smi -q`: the real H200's 257 lines, each key at its depth in the real order, and
+    the value wherever the fake models it (the differing keys above say why)."""
+    real = _q_lines((REAL / "smi-q.txt").read_text().splitlines())
+    fake = _q_lines(_gpu0(tmp_path, "-i", "0", "-q"))
+    assert [k for k, _ in fake] == [k for k, _ in real]
+    differ = [(k, r, f) for (k, r), (_, f) in zip(real, fake, strict=True)
+              if r != f and k.strip() not in Q_DIFFERENT]
+    assert differ == []

@@ -20,6 +20,7 @@
  * Exit codes are NVIDIA's: 2 bad arguments, 6 no such GPU, 9 no driver, 15 a GPU is lost.
  */
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,41 +307,448 @@ static int query_gpu(const char *fields, const char *format)
 
 /* --- -q ------------------------------------------------------------------------------------- */
 
+/* NVIDIA's -q layout: keys indented 4 per level, the colon at column 56 whatever the depth;
+ * sections and keys in the order driver 580 prints them (tests/nvidiasmi/data/smi-q.txt, a
+ * real H200). What the fake NVML answers is shown; what no NVML call of ours backs prints as
+ * the real one prints a value its GPU lacks ("N/A"), so the shape stays the real one. */
+static nvmlReturn_t memory_v2(nvmlDevice_t dev, nvmlMemory_v2_t *memory);
+
+#define MIB_UP ((1ULL << 20) - 1)
+
+static void q_section(int depth, const char *name)
+{
+    printf("%*s%s\n", 4 * depth, "", name);
+}
+
+static void q_kv(int depth, const char *key, const char *fmt, ...)
+{
+    va_list ap;
+    printf("%*s%-*s: ", 4 * depth, "", 55 - 4 * depth, key);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+
+static void q_na(int depth, const char *const *keys)
+{
+    for (; *keys; keys++) q_kv(depth, *keys, "N/A");
+}
+
+static const char *enabled(nvmlReturn_t rc, nvmlEnableState_t v)
+{
+    return rc != NVML_SUCCESS ? "N/A" : v == NVML_FEATURE_ENABLED ? "Enabled" : "Disabled";
+}
+
+static const char *brand_name(nvmlBrandType_t b)
+{
+    switch (b) {
+    case NVML_BRAND_TESLA: return "Tesla";
+    case NVML_BRAND_QUADRO: return "Quadro";
+    case NVML_BRAND_GEFORCE: return "GeForce";
+    case NVML_BRAND_NVIDIA: return "NVIDIA";
+    default: return "N/A";
+    }
+}
+
+static const char *arch_name(nvmlDeviceArchitecture_t a)
+{
+    switch (a) {
+    case NVML_DEVICE_ARCH_VOLTA: return "Volta";
+    case NVML_DEVICE_ARCH_TURING: return "Turing";
+    case NVML_DEVICE_ARCH_AMPERE: return "Ampere";
+    case NVML_DEVICE_ARCH_ADA: return "Ada Lovelace";
+    case NVML_DEVICE_ARCH_HOPPER: return "Hopper";
+    case 10: return "Blackwell";
+    default: return "N/A";
+    }
+}
+
+static const char *addressing_name(nvmlReturn_t rc, unsigned int mode)
+{
+    if (rc != NVML_SUCCESS) return "N/A";
+    return mode == 1 ? "HMM" : mode == 2 ? "ATS" : "None";
+}
+
+static const char *compute_mode_name(nvmlReturn_t rc, nvmlComputeMode_t m)
+{
+    if (rc != NVML_SUCCESS) return "N/A";
+    return m == NVML_COMPUTEMODE_DEFAULT ? "Default"
+           : m == NVML_COMPUTEMODE_EXCLUSIVE_THREAD ? "Exclusive_Thread"
+           : m == NVML_COMPUTEMODE_PROHIBITED ? "Prohibited" : "Exclusive_Process";
+}
+
+static void q_clock(int depth, const char *key, nvmlDevice_t d, nvmlClockType_t t, int max)
+{
+    unsigned int mhz = 0;
+    nvmlReturn_t rc = max ? nvmlDeviceGetMaxClockInfo(d, t, &mhz) : nvmlDeviceGetClockInfo(d, t, &mhz);
+    if (rc == NVML_SUCCESS) q_kv(depth, key, "%u MHz", mhz);
+    else q_kv(depth, key, "N/A");
+}
+
+static void q_watts(int depth, const char *key, nvmlReturn_t rc, unsigned int milliwatts)
+{
+    if (rc == NVML_SUCCESS) q_kv(depth, key, "%u.%02u W", milliwatts / 1000, milliwatts % 1000 / 10);
+    else q_kv(depth, key, "N/A");
+}
+
+static void q_ecc_counts(int depth, nvmlDevice_t d, nvmlEccCounterType_t counter, int aggregate)
+{
+    unsigned long long unc = 0;
+    nvmlReturn_t rc = nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter, &unc);
+    q_kv(depth, "SRAM Correctable", rc == NVML_SUCCESS ? "0" : "N/A");
+    q_kv(depth, "SRAM Uncorrectable Parity", rc == NVML_SUCCESS ? "0" : "N/A");
+    q_kv(depth, "SRAM Uncorrectable SEC-DED", rc == NVML_SUCCESS ? "0" : "N/A");
+    q_kv(depth, "DRAM Correctable", rc == NVML_SUCCESS ? "0" : "N/A");
+    if (rc == NVML_SUCCESS) q_kv(depth, "DRAM Uncorrectable", "%llu", unc);
+    else q_kv(depth, "DRAM Uncorrectable", "N/A");
+    if (aggregate) q_kv(depth, "SRAM Threshold Exceeded", "No");
+}
+
+static void q_gpu(nvmlDevice_t d)
+{
+    char text[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    nvmlPciInfo_t pci;
+    nvmlEnableState_t state = NVML_FEATURE_DISABLED, pending_state = NVML_FEATURE_DISABLED;
+    unsigned int value = 0, current = 0, pending = 0, lo = 0, hi = 0;
+    nvmlReturn_t rc;
+
+    memset(&pci, 0, sizeof(pci));
+    nvmlDeviceGetPciInfo(d, &pci);
+    printf("GPU %s\n", pci.busId);
+    rc = nvmlDeviceGetName(d, text, sizeof(text));
+    q_kv(1, "Product Name", "%s", text_or(rc, text));
+    nvmlBrandType_t brand = NVML_BRAND_UNKNOWN;
+    rc = nvmlDeviceGetBrand(d, &brand);
+    q_kv(1, "Product Brand", "%s", rc == NVML_SUCCESS ? brand_name(brand) : "N/A");
+    nvmlDeviceArchitecture_t arch = 0;
+    rc = nvmlDeviceGetArchitecture(d, &arch);
+    q_kv(1, "Product Architecture", "%s", rc == NVML_SUCCESS ? arch_name(arch) : "N/A");
+    /* driver 580 answers these three so on every data-center part */
+    q_kv(1, "Display Mode", "Requested functionality has been deprecated");
+    rc = nvmlDeviceGetDisplayActive(d, &state);
+    q_kv(1, "Display Attached", "%s", rc == NVML_SUCCESS ? "Yes" : "N/A");
+    q_kv(1, "Display Active", "%s", enabled(rc, state));
+    rc = nvmlDeviceGetPersistenceMode(d, &state);
+    q_kv(1, "Persistence Mode", "%s", enabled(rc, state));
+    nvmlDeviceAddressingMode_t addressing = {.version = nvmlDeviceAddressingMode_v1};
+    rc = nvmlDeviceGetAddressingMode(d, &addressing);
+    q_kv(1, "Addressing Mode", "%s", addressing_name(rc, addressing.value));
+    q_section(1, "MIG Mode");
+    rc = nvmlDeviceGetMigMode(d, &current, &pending);
+    q_kv(2, "Current", "%s", rc != NVML_SUCCESS ? "N/A" : current ? "Enabled" : "Disabled");
+    q_kv(2, "Pending", "%s", rc != NVML_SUCCESS ? "N/A" : pending ? "Enabled" : "Disabled");
+    q_kv(1, "Accounting Mode", "Disabled");
+    q_kv(1, "Accounting Mode Buffer Size", "4000");
+    q_section(1, "Driver Model");
+    q_na(2, (const char *const[]){"Current", "Pending", NULL});
+    rc = nvmlDeviceGetSerial(d, text, sizeof(text));
+    q_kv(1, "Serial Number", "%s", text_or(rc, text));
+    rc = nvmlDeviceGetUUID(d, text, sizeof(text));
+    q_kv(1, "GPU UUID", "%s", text_or(rc, text));
+    q_kv(1, "GPU PDI", "N/A");
+    rc = nvmlDeviceGetMinorNumber(d, &value);
+    if (rc == NVML_SUCCESS) q_kv(1, "Minor Number", "%u", value);
+    else q_kv(1, "Minor Number", "N/A");
+    rc = nvmlDeviceGetVbiosVersion(d, text, sizeof(text));
+    q_kv(1, "VBIOS Version", "%s", text_or(rc, text));
+    q_kv(1, "MultiGPU Board", "No");
+    q_kv(1, "Board ID", "N/A");
+    rc = nvmlDeviceGetBoardPartNumber(d, text, sizeof(text));
+    q_kv(1, "Board Part Number", "%s", text_or(rc, text));
+    q_na(1, (const char *const[]){"GPU Part Number", "FRU Part Number", NULL});
+    q_section(1, "Platform Info");
+    q_na(2, (const char *const[]){"Chassis Serial Number", "Slot Number", "Tray Index", "Host ID",
+                                  "Peer Type", NULL});
+    rc = nvmlDeviceGetModuleId(d, &value);
+    if (rc == NVML_SUCCESS) q_kv(2, "Module Id", "%u", value);
+    else q_kv(2, "Module Id", "N/A");
+    q_kv(2, "GPU Fabric GUID", "N/A");
+    q_section(1, "Inforom Version");
+    q_na(2, (const char *const[]){"Image Version", "OEM Object", "ECC Object",
+                                  "Power Management Object", NULL});
+    q_section(1, "Inforom BBX Object Flush");
+    q_na(2, (const char *const[]){"Latest Timestamp", "Latest Duration", NULL});
+    q_section(1, "GPU Operation Mode");
+    q_na(2, (const char *const[]){"Current", "Pending", NULL});
+    q_kv(1, "GPU C2C Mode", "%s", addressing.value == 2 ? "Enabled" : "Disabled");
+    q_section(1, "GPU Virtualization Mode");
+    nvmlGpuVirtualizationMode_t virt = NVML_GPU_VIRTUALIZATION_MODE_NONE;
+    rc = nvmlDeviceGetVirtualizationMode(d, &virt);
+    q_kv(2, "Virtualization Mode", "%s", rc != NVML_SUCCESS ? "N/A"
+         : virt == NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH ? "Pass-Through" : "None");
+    q_na(2, (const char *const[]){"Host VGPU Mode", "vGPU Heterogeneous Mode", NULL});
+    q_kv(1, "GPU Recovery Action", "None");
+    nvmlSystemGetDriverVersion(text, sizeof(text));
+    q_kv(1, "GSP Firmware Version", "%s", text);
+    q_section(1, "IBMNPU");
+    q_kv(2, "Relaxed Ordering Mode", "N/A");
+
+    q_section(1, "PCI");
+    q_kv(2, "Bus", "0x%02X", pci.bus);
+    q_kv(2, "Device", "0x%02X", pci.device);
+    q_kv(2, "Domain", "0x%04X", pci.domain);
+    q_kv(2, "Base Classcode", "0x3");
+    q_kv(2, "Sub Classcode", "0x2");
+    q_kv(2, "Device Id", "0x%08X", pci.pciDeviceId);
+    q_kv(2, "Bus Id", "%s", pci.busId);
+    q_kv(2, "Sub System Id", "0x%08X", pci.pciSubSystemId);
+    q_section(2, "GPU Link Info");
+    q_section(3, "PCIe Generation");
+    if (nvmlDeviceGetMaxPcieLinkGeneration(d, &hi) == NVML_SUCCESS) q_kv(4, "Max", "%u", hi);
+    else q_kv(4, "Max", "N/A");
+    if (nvmlDeviceGetCurrPcieLinkGeneration(d, &lo) == NVML_SUCCESS) q_kv(4, "Current", "%u", lo);
+    else q_kv(4, "Current", "N/A");
+    q_kv(4, "Device Current", "%u", lo);
+    q_kv(4, "Device Max", "%u", hi);
+    q_kv(4, "Host Max", "N/A");
+    q_section(3, "Link Width");
+    if (nvmlDeviceGetMaxPcieLinkWidth(d, &hi) == NVML_SUCCESS) q_kv(4, "Max", "%ux", hi);
+    else q_kv(4, "Max", "N/A");
+    if (nvmlDeviceGetCurrPcieLinkWidth(d, &lo) == NVML_SUCCESS) q_kv(4, "Current", "%ux", lo);
+    else q_kv(4, "Current", "N/A");
+    q_section(2, "Bridge Chip");
+    q_na(3, (const char *const[]){"Type", "Firmware", NULL});
+    q_kv(2, "Replays Since Reset", "0");
+    q_kv(2, "Replay Number Rollovers", "0");
+    q_kv(2, "Tx Throughput", "0 KB/s");
+    q_kv(2, "Rx Throughput", "0 KB/s");
+    q_na(2, (const char *const[]){"Atomic Caps Outbound", "Atomic Caps Inbound", NULL});
+    if (nvmlDeviceGetFanSpeed(d, &value) == NVML_SUCCESS) q_kv(1, "Fan Speed", "%u %%", value);
+    else q_kv(1, "Fan Speed", "N/A");
+    nvmlPstates_t pstate = NVML_PSTATE_UNKNOWN;
+    if (nvmlDeviceGetPerformanceState(d, &pstate) == NVML_SUCCESS && pstate != NVML_PSTATE_UNKNOWN)
+        q_kv(1, "Performance State", "P%d", (int)pstate);
+    else
+        q_kv(1, "Performance State", "N/A");
+    unsigned long long reasons = 0;
+    int have_reasons = nvmlDeviceGetCurrentClocksEventReasons(d, &reasons) == NVML_SUCCESS;
+#define REASON(bit) (!have_reasons ? "N/A" : (reasons & (bit)) ? "Active" : "Not Active")
+    q_section(1, "Clocks Event Reasons");
+    q_kv(2, "Idle", "%s", REASON(0x1ULL));
+    q_kv(2, "Applications Clocks Setting", "%s", REASON(0x2ULL));
+    q_kv(2, "SW Power Cap", "%s", REASON(0x4ULL));
+    q_kv(2, "HW Slowdown", "%s", REASON(0x8ULL));
+    q_kv(3, "HW Thermal Slowdown", "%s", REASON(0x40ULL));
+    q_kv(3, "HW Power Brake Slowdown", "%s", REASON(0x80ULL));
+    q_kv(2, "Sync Boost", "%s", REASON(0x10ULL));
+    q_kv(2, "SW Thermal Slowdown", "%s", REASON(0x20ULL));
+    q_kv(2, "Display Clock Setting", "%s", REASON(0x100ULL));
+#undef REASON
+    q_section(1, "Clocks Event Reasons Counters");
+    q_kv(2, "SW Power Capping", "0 us");
+    q_kv(2, "Sync Boost", "0 us");
+    q_kv(2, "SW Thermal Slowdown", "0 us");
+    q_kv(2, "HW Thermal Slowdown", "0 us");
+    q_kv(2, "HW Power Braking", "0 us");
+    q_kv(1, "Sparse Operation Mode", "Disabled");
+
+    nvmlMemory_v2_t memory;
+    rc = memory_v2(d, &memory);
+    q_section(1, "FB Memory Usage");
+    if (rc == NVML_SUCCESS) {
+        /* -q rounds up: a real H200's 644939776 B reserved (615.06 MiB) shows as 616 MiB */
+        q_kv(2, "Total", "%llu MiB", (memory.total + MIB_UP) >> 20);
+        q_kv(2, "Reserved", "%llu MiB", (memory.reserved + MIB_UP) >> 20);
+        q_kv(2, "Used", "%llu MiB", (memory.used + MIB_UP) >> 20);
+        q_kv(2, "Free", "%llu MiB", (memory.free + MIB_UP) >> 20);
+    } else {
+        q_na(2, (const char *const[]){"Total", "Reserved", "Used", "Free", NULL});
+    }
+    nvmlBAR1Memory_t bar1;
+    memset(&bar1, 0, sizeof(bar1));
+    rc = nvmlDeviceGetBAR1MemoryInfo(d, &bar1);
+    q_section(1, "BAR1 Memory Usage");
+    if (rc == NVML_SUCCESS) {
+        q_kv(2, "Total", "%llu MiB", bar1.bar1Total >> 20);
+        q_kv(2, "Used", "%llu MiB", bar1.bar1Used >> 20);
+        q_kv(2, "Free", "%llu MiB", bar1.bar1Free >> 20);
+    } else {
+        q_na(2, (const char *const[]){"Total", "Used", "Free", NULL});
+    }
+    q_section(1, "Conf Compute Protected Memory Usage");
+    q_kv(2, "Total", "0 MiB");
+    q_kv(2, "Used", "0 MiB");
+    q_kv(2, "Free", "0 MiB");
+    nvmlComputeMode_t mode = NVML_COMPUTEMODE_DEFAULT;
+    rc = nvmlDeviceGetComputeMode(d, &mode);
+    q_kv(1, "Compute Mode", "%s", compute_mode_name(rc, mode));
+    nvmlUtilization_t rates;
+    unsigned int period = 0;
+    rc = nvmlDeviceGetUtilizationRates(d, &rates);
+    q_section(1, "Utilization");
+    if (rc == NVML_SUCCESS) {
+        q_kv(2, "GPU", "%u %%", rates.gpu);
+        q_kv(2, "Memory", "%u %%", rates.memory);
+    } else {
+        q_na(2, (const char *const[]){"GPU", "Memory", NULL});
+    }
+    if (nvmlDeviceGetEncoderUtilization(d, &value, &period) == NVML_SUCCESS)
+        q_kv(2, "Encoder", "%u %%", value);
+    else
+        q_kv(2, "Encoder", "N/A");
+    if (nvmlDeviceGetDecoderUtilization(d, &value, &period) == NVML_SUCCESS)
+        q_kv(2, "Decoder", "%u %%", value);
+    else
+        q_kv(2, "Decoder", "N/A");
+    q_kv(2, "JPEG", "0 %%");
+    q_kv(2, "OFA", "0 %%");
+    for (int s = 0; s < 2; s++) {
+        q_section(1, s ? "FBC Stats" : "Encoder Stats");
+        q_kv(2, "Active Sessions", "0");
+        q_kv(2, "Average FPS", "0");
+        q_kv(2, "Average Latency", "0");
+    }
+    q_section(1, "DRAM Encryption Mode");
+    q_na(2, (const char *const[]){"Current", "Pending", NULL});
+    rc = nvmlDeviceGetEccMode(d, &state, &pending_state);
+    q_section(1, "ECC Mode");
+    q_kv(2, "Current", "%s", enabled(rc, state));
+    q_kv(2, "Pending", "%s", enabled(rc, pending_state));
+    q_section(1, "ECC Errors");
+    q_section(2, "Volatile");
+    q_ecc_counts(3, d, NVML_VOLATILE_ECC, 0);
+    q_section(2, "Aggregate");
+    q_ecc_counts(3, d, NVML_AGGREGATE_ECC, 1);
+    q_section(2, "Aggregate Uncorrectable SRAM Sources");
+    const char *const sources[] = {"SRAM L2", "SRAM SM", "SRAM Microcontroller", "SRAM PCIE",
+                                   "SRAM Other", NULL};
+    for (const char *const *k = sources; *k; k++) q_kv(3, *k, "0");
+    q_kv(2, "Channel Repair Pending", "No");
+    q_kv(2, "TPC Repair Pending", "No");
+    q_kv(2, "Unrepairable Memory", "No");
+    q_section(1, "Retired Pages");
+    q_na(2, (const char *const[]){"Single Bit ECC", "Double Bit ECC", "Pending Page Blacklist", NULL});
+    q_section(1, "Remapped Rows");
+    const char *const rows[] = {"Correctable Error", "Inactive Correctable Error",
+                                "Uncorrectable Error", "Inactive Uncorrectable Error", NULL};
+    for (const char *const *k = rows; *k; k++) q_kv(2, *k, "0");
+    q_kv(2, "Pending", "No");
+    q_kv(2, "Remapping Failure Occurred", "No");
+    q_section(2, "Bank Remap Availability Histogram");
+    q_kv(3, "Max", "3072 bank(s)");
+    const char *const levels[] = {"High", "Partial", "Low", "None", NULL};
+    for (const char *const *k = levels; *k; k++) q_kv(3, *k, "0 bank(s)");
+
+    q_section(1, "Temperature");
+    nvmlTemperature_t sensor = {.version = nvmlTemperature_v1, .sensorType = NVML_TEMPERATURE_GPU};
+    if (nvmlDeviceGetTemperatureV(d, &sensor) == NVML_SUCCESS)
+        q_kv(2, "GPU Current Temp", "%d C", sensor.temperature);
+    else
+        q_kv(2, "GPU Current Temp", "N/A");
+    q_na(2, (const char *const[]){"GPU T.Limit Temp", "GPU Shutdown T.Limit Temp",
+                                  "GPU Slowdown T.Limit Temp", "GPU Max Operating T.Limit Temp",
+                                  "GPU Target Temperature", "Memory Current Temp",
+                                  "Memory Max Operating T.Limit Temp", NULL});
+    q_section(1, "GPU Power Readings");
+    rc = nvmlDeviceGetPowerUsage(d, &value);
+    q_watts(2, "Average Power Draw", rc, value);
+    q_watts(2, "Instantaneous Power Draw", rc, value);
+    rc = nvmlDeviceGetEnforcedPowerLimit(d, &value);
+    q_watts(2, "Current Power Limit", rc, value);
+    rc = nvmlDeviceGetPowerManagementLimit(d, &value);
+    q_watts(2, "Requested Power Limit", rc, value);
+    rc = nvmlDeviceGetPowerManagementDefaultLimit(d, &value);
+    q_watts(2, "Default Power Limit", rc, value);
+    rc = nvmlDeviceGetPowerManagementLimitConstraints(d, &lo, &hi);
+    q_watts(2, "Min Power Limit", rc, lo);
+    q_watts(2, "Max Power Limit", rc, hi);
+    q_section(1, "GPU Memory Power Readings ");  /* sic: driver 580 ends this title with a space */
+    q_na(2, (const char *const[]){"Average Power Draw", "Instantaneous Power Draw", NULL});
+    q_section(1, "Module Power Readings");
+    q_na(2, (const char *const[]){"Average Power Draw", "Instantaneous Power Draw",
+                                  "Current Power Limit", "Requested Power Limit",
+                                  "Default Power Limit", "Min Power Limit", "Max Power Limit",
+                                  NULL});
+    q_kv(1, "Power Smoothing", "N/A");
+    q_section(1, "Workload Power Profiles");
+    q_na(2, (const char *const[]){"Requested Profiles", "Enforced Profiles", NULL});
+    q_section(1, "Clocks");
+    q_clock(2, "Graphics", d, NVML_CLOCK_GRAPHICS, 0);
+    q_clock(2, "SM", d, NVML_CLOCK_SM, 0);
+    q_clock(2, "Memory", d, NVML_CLOCK_MEM, 0);
+    q_clock(2, "Video", d, NVML_CLOCK_VIDEO, 0);
+    /* application clocks: nothing sets them here, so they are the defaults, the max clocks */
+    for (int s = 0; s < 2; s++) {
+        q_section(1, s ? "Default Applications Clocks" : "Applications Clocks");
+        q_clock(2, "Graphics", d, NVML_CLOCK_GRAPHICS, 1);
+        q_clock(2, "Memory", d, NVML_CLOCK_MEM, 1);
+    }
+    q_section(1, "Deferred Clocks");
+    q_kv(2, "Memory", "N/A");
+    q_section(1, "Max Clocks");
+    q_clock(2, "Graphics", d, NVML_CLOCK_GRAPHICS, 1);
+    q_clock(2, "SM", d, NVML_CLOCK_SM, 1);
+    q_clock(2, "Memory", d, NVML_CLOCK_MEM, 1);
+    q_clock(2, "Video", d, NVML_CLOCK_VIDEO, 1);
+    q_section(1, "Max Customer Boost Clocks");
+    q_clock(2, "Graphics", d, NVML_CLOCK_GRAPHICS, 1);
+    q_section(1, "Clock Policy");
+    q_na(2, (const char *const[]){"Auto Boost", "Auto Boost Default", NULL});
+
+    q_section(1, "Fabric");
+    nvmlGpuFabricInfoV_t fabric;
+    memset(&fabric, 0, sizeof(fabric));
+    fabric.version = nvmlGpuFabricInfo_v2;
+    rc = nvmlDeviceGetGpuFabricInfoV(d, &fabric);
+    /* state 0 (NOT_SUPPORTED) prints as an unsupported call does: all N/A (a real H200) */
+    if (rc == NVML_SUCCESS && fabric.state != NVML_GPU_FABRIC_STATE_NOT_SUPPORTED) {
+        const char *states[] = {"N/A", "Not Started", "In Progress", "Completed"};
+        char uuid[48];
+        unsigned char *u = fabric.clusterUuid;
+        q_kv(2, "State", "%s", fabric.state < 4 ? states[fabric.state] : "N/A");
+        q_kv(2, "Status", "%s", fabric.status == NVML_SUCCESS ? "Success" : "Failure");
+        q_kv(2, "CliqueId", "%u", fabric.cliqueId);
+        snprintf(uuid, sizeof(uuid), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+                 u[13], u[14], u[15]);
+        q_kv(2, "ClusterUUID", "%s", uuid);
+    } else {
+        q_na(2, (const char *const[]){"State", "Status", "CliqueId", "ClusterUUID", NULL});
+    }
+    q_section(2, "Health");
+    q_na(3, (const char *const[]){"Summary", "Bandwidth", "Route Recovery in progress",
+                                  "Route Unhealthy", "Access Timeout Recovery",
+                                  "Incorrect Configuration", "Partition Assigned", NULL});
+    nvmlProcessInfo_t procs[64];
+    unsigned int n = 64;
+    if (nvmlDeviceGetComputeRunningProcesses(d, &n, procs) == NVML_SUCCESS && n > 0) {
+        q_section(1, "Processes");
+        for (unsigned int p = 0; p < n && p < 64; p++) {
+            char pname[256] = "N/A";
+            nvmlSystemGetProcessName(procs[p].pid, pname, sizeof(pname));
+            q_kv(2, "Process ID", "%u", procs[p].pid);
+            q_kv(3, "Type", "C");
+            q_kv(3, "Name", "%s", pname);
+            q_kv(3, "Used GPU Memory", "%llu MiB", procs[p].usedGpuMemory >> 20);
+        }
+    } else {
+        q_kv(1, "Processes", "None");
+    }
+    q_section(1, "Capabilities");
+    q_kv(2, "EGM", "disabled");
+}
+
 static int query_all(void)
 {
-    char version[96] = "N/A";
+    char version[96] = "N/A", date[64] = "";
     int cuda = 0;
+    time_t now = time(NULL);
+    strftime(date, sizeof(date), "%a %b %e %H:%M:%S %Y", localtime(&now));
     nvmlSystemGetDriverVersion(version, sizeof(version));
     printf("\n==============NVSMI LOG==============\n\n");
-    printf("%-38s: %s\n", "Driver Version", version);
+    q_kv(0, "Timestamp", "%s", date);
+    q_kv(0, "Driver Version", "%s", version);
     if (nvmlSystemGetCudaDriverVersion(&cuda) == NVML_SUCCESS)
-        printf("%-38s: %d.%d\n", "CUDA Version", cuda / 1000, cuda % 1000 / 10);
-    printf("\n%-38s: %u\n", "Attached GPUs", count);
+        q_kv(0, "CUDA Version", "%d.%d", cuda / 1000, cuda % 1000 / 10);
+    else
+        q_kv(0, "CUDA Version", "N/A");
+    printf("\n");
+    q_kv(0, "Attached GPUs", "%u", count);
     for (unsigned int i = 0; i < count; i++) {
         if (report_lost(i) || !shown(i)) continue;
-        nvmlDevice_t d = gpus[i];
-        char name[96] = "", uuid[96] = "", serial[96] = "N/A";
-        nvmlPciInfo_t pci;
-        nvmlMemory_t mem;
-        unsigned int minor = 0;
-        memset(&pci, 0, sizeof(pci));
-        nvmlDeviceGetName(d, name, sizeof(name));
-        nvmlDeviceGetUUID(d, uuid, sizeof(uuid));
-        nvmlDeviceGetSerial(d, serial, sizeof(serial));
-        nvmlDeviceGetPciInfo(d, &pci);
-        nvmlDeviceGetMinorNumber(d, &minor);
-        printf("GPU %s\n", pci.busId);
-        printf("    %-34s: %s\n", "Product Name", name);
-        printf("    %-34s: %s\n", "MIG Mode Current", mig_enabled(d) ? "Enabled" : "Disabled");
-        printf("    %-34s: %s\n", "Serial Number", serial);
-        printf("    %-34s: %s\n", "GPU UUID", uuid);
-        printf("    %-34s: %u\n", "Minor Number", minor);
-        if (nvmlDeviceGetMemoryInfo(d, &mem) == NVML_SUCCESS) {
-            printf("    FB Memory Usage\n");
-            printf("        %-30s: %llu MiB\n", "Total", mem.total >> 20);
-            printf("        %-30s: %llu MiB\n", "Used", mem.used >> 20);
-            printf("        %-30s: %llu MiB\n", "Free", mem.free >> 20);
-        }
+        q_gpu(gpus[i]);
+        printf("\n");
     }
     return lost_any();
 }
@@ -803,6 +1211,8 @@ static int summary(void)
 static const char *const COMPUTE_MODES[] = {"DEFAULT", "EXCLUSIVE_THREAD", "PROHIBITED",
                                              "EXCLUSIVE_PROCESS"};
 static const char *const TIMESLICES[] = {"DEFAULT", "SHORT", "MEDIUM", "LONG"};
+/* as -l prints them ("Default" read on a real H200; the others in the same case) */
+static const char *const TIMESLICE_VALUES[] = {"Default", "Short", "Medium", "Long"};
 
 /* A name (any case) or its number; -1 when it is neither. */
 static int choice(const char *text, const char *const *names, int n)
@@ -848,7 +1258,7 @@ static int set_compute_mode(void)
  * the exit codes are what callers (NVIDIA's plugin) look at. */
 static int timeslice_command(void)
 {
-    int rc = 0;
+    int rc = 0, listed = 0;
     for (unsigned int i = 0; i < count; i++) {
         if (report_lost(i)) continue;
         if (!shown(i)) continue;
@@ -864,11 +1274,18 @@ static int timeslice_command(void)
             rc = 3;
             continue;
         }
-        if (timeslice_arg >= 0)
+        if (timeslice_arg >= 0) {
             printf("Set timeslice to %s for GPU %s.\n", TIMESLICES[now], pci.busId);
-        else
-            printf("GPU %u (%s): timeslice %s\n", i, pci.busId, TIMESLICES[now]);
+            continue;
+        }
+        if (!listed++)  /* -l: the real one's box (an H200, driver 580.159.04) */
+            printf("+-------------------------------------+\n"
+                   "| GPU compute policies:               |\n"
+                   "| GPU     Name           Value        |\n"
+                   "|=====================================|\n");
+        printf("|%4u   Timeslice       %-14s|\n", i, TIMESLICE_VALUES[now]);
     }
+    if (listed) printf("+-------------------------------------+\n");
     if (rc == 0) rc = lost_any();
     if (timeslice_arg >= 0) printf("All done.\n");
     return rc;

@@ -129,8 +129,12 @@ nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *
 {
     FG_DEVICE(device, ref, bar1Memory);
     FG_WHOLE_GPU(ref);
-    bar1Memory->bar1Total = fg_static(ref.gpu)->memory_total + 256 * MIB;
-    bar1Memory->bar1Used = 2 * MIB;
+    /* Data-center parts map the whole framebuffer: the BAR is its next power of two (a real
+     * H200, 143771 MiB: 262144 MiB, 1 MiB used; the same rule for the others is unread). */
+    unsigned long long total = 1;
+    while (total < fg_static(ref.gpu)->memory_total) total <<= 1;
+    bar1Memory->bar1Total = total;
+    bar1Memory->bar1Used = MIB;
     bar1Memory->bar1Free = bar1Memory->bar1Total - bar1Memory->bar1Used;
     return NVML_SUCCESS;
 }
