@@ -244,3 +244,68 @@ def test_the_running_plugin_sees_an_instance_made_after_it_started(node_state: P
     assert wrapper.returncode == 0, out
     gi, ci = made_ids
     assert f"{caps}/gpu0/mig/gi{gi}/ci{ci}/access" in out.splitlines(), out
+
+
+CREATE_CHECK_DESTROY = """
+import json, os, pynvml as n
+n.nvmlInit()
+caps = os.environ.get("CAPS_ROOT") or os.environ["FAKEGPU_NVML_CAPS_DIR"]
+h = n.nvmlDeviceGetHandleByIndex(0)
+profile = n.nvmlDeviceGetGpuInstanceProfileInfo(h, n.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+gi = n.nvmlDeviceCreateGpuInstance(h, profile.id)
+info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+ci = n.nvmlGpuInstanceCreateComputeInstance(gi, info.id)
+g, c = n.nvmlGpuInstanceGetInfo(gi).id, n.nvmlComputeInstanceGetInfo(ci).id
+files = {}
+for rel in (f"gpu0/mig/gi{g}/access", f"gpu0/mig/gi{g}/ci{c}/access"):
+    path = os.path.join(caps, rel)
+    files[rel] = open(path).read() if os.path.exists(path) else None  # read at once, as NVIDIA's plugin does
+n.nvmlComputeInstanceDestroy(ci)
+n.nvmlGpuInstanceDestroy(gi)
+gone = not os.path.exists(os.path.join(caps, f"gpu0/mig/gi{g}"))
+print(json.dumps({"gi": g, "ci": c, "files": files, "gone": gone}))
+"""
+
+
+def test_the_library_writes_an_instances_files_before_its_create_returns(
+        node_state: Path, tmp_path: Path) -> None:
+    """NVIDIA's plugin (dynamic MIG) reads the access files the moment its creates return: the
+    library writes them then, with the minors the host renderer gives, and removes them with
+    the destroy (no poller involved here)."""
+    caps = tmp_path / "capabilities"
+    environ = {**os.environ, **nvml_env.env(node_state), "FAKEGPU_NVML_CAPS_DIR": str(caps)}
+    proc = subprocess.run([sys.executable, "-c", CREATE_CHECK_DESTROY], env=environ,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    gi, ci = seen["gi"], seen["ci"]
+    assert seen["files"] == {f"gpu0/mig/gi{gi}/access": nh.access_text(nh.gi_minor(0, gi)),
+                             f"gpu0/mig/gi{gi}/ci{ci}/access":
+                                 nh.access_text(nh.ci_minor(0, gi, ci))}
+    assert seen["gone"]
+    made = tmp_path / "made"  # the same instance rendered by the host's poller: same files
+    nh.sync_capabilities(nh.HostDir(made), nh.HostFacts(
+        driver_version="", gpus=(nh.HostGpu(0, True, (nh.MigInstance(gi, (ci,)),)),)))
+    assert stat.S_IMODE((made / "proc/driver/nvidia/capabilities" /
+                         f"gpu0/mig/gi{gi}/access").stat().st_mode) == nh.CAP_MODE
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_the_plugins_own_create_finds_its_files_in_its_namespace(node_state: Path,
+                                                                 tmp_path: Path) -> None:
+    """Under pluginhost, as NVIDIA's plugin runs: create, read /proc/driver/... at once."""
+    script = tmp_path / "plugin.py"
+    script.write_text(CREATE_CHECK_DESTROY)
+    argv = wrapper_argv(tmp_path / "nvhost", node_state, [sys.executable, str(script)])
+    environ = {**os.environ, **nvml_env.env(node_state),
+               "CAPS_ROOT": "/proc/driver/nvidia/capabilities"}
+    proc = subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    gi, ci = seen["gi"], seen["ci"]
+    assert seen["files"][f"gpu0/mig/gi{gi}/ci{ci}/access"] == \
+        nh.access_text(nh.ci_minor(0, gi, ci))
+    assert seen["gone"]

@@ -18,9 +18,11 @@ the fake nvidia-smi, device nodes, a no-op nvidia-cdi-hook) and ``proc/`` (``dri
 plugin's own mount namespace. Device nodes are made with the real numbers so CDI specs carry
 them, and are never opened: the fake library is what answers.
 
-The real driver creates a MIG instance's capability files with the instance; here
-``sync_capabilities`` follows the NVML state file (its seqlock generation changes with every
-write), so the files come and go with the instances.
+The real driver creates a MIG instance's capability files with the instance. Here the fake
+library does the same for the processes given FAKEGPU_NVML_CAPS_DIR (the plugin: its create
+returns with the files in place), and ``sync_capabilities`` follows the NVML state file (its
+seqlock generation changes with every write) for every other writer, so the files come and go
+with the instances.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -305,10 +308,14 @@ def build(host: HostDir, facts: HostFacts, *, library: Path, nvidia_smi: Path,
     return majors
 
 
-def sync_capabilities(host: HostDir, facts: HostFacts) -> bool:
+def sync_capabilities(host: HostDir, facts: HostFacts,
+                      still_current: Callable[[], bool] = lambda: True) -> bool:
     """Make ``capabilities/`` hold exactly the files of ``facts``' live MIG instances.
 
-    New files first, stale ones after, so a file never vanishes while still wanted. Returns
+    New files first, stale ones after, so a file never vanishes while still wanted. The fake
+    library writes a new instance's files itself as it creates it (FAKEGPU_NVML_CAPS_DIR), so
+    a file missing from ``facts`` may be newer than them: one goes only while
+    ``still_current()`` says the state has not moved since ``facts`` were read. Returns
     whether anything changed.
     """
     want = capability_files(facts)
@@ -323,6 +330,8 @@ def sync_capabilities(host: HostDir, facts: HostFacts) -> bool:
             changed = True
     for path in sorted(root.rglob("access"), reverse=True):
         if path.relative_to(root).as_posix() not in want:
+            if not still_current():
+                break  # the next sync reads the newer state
             path.unlink()
             changed = True
     _remove_empty_dirs(root)

@@ -9,8 +9,9 @@ In that mount namespace of its own (private propagation: nothing leaks to the ho
 other nodes) this builds the node's NVIDIA host directory from the NVML state
 (``nvidiahost``), binds its ``proc/driver`` over ``/proc/driver`` and its ``proc/devices`` over
 ``/proc/devices``, starts the plugin as a child and, while it runs, keeps the MIG capability
-files current: it polls the state file's generation (a seqlock bumped by every write) and
-re-syncs when it moved. A signal to the process group (``process.terminate``) reaches the plugin
+files current: the plugin's own creates write them at once (the library, given
+FAKEGPU_NVML_CAPS_DIR), and for other writers this polls the state file's generation (a seqlock
+bumped by every write) and re-syncs when it moved. A signal to the process group (``process.terminate``) reaches the plugin
 too; this exits with the plugin's status.
 
 Nodes without GPUs (no state file) get no host directory: the plugin runs as it is.
@@ -19,6 +20,7 @@ Nodes without GPUs (no state file) get no host directory: the plugin runs as it 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -29,7 +31,8 @@ from pathlib import Path
 from fakegpu.cluster.embedded import nvidiahost as nh
 from fakegpu.errors import FakegpuError, MissingPrerequisite
 
-POLL_SECONDS = 0.05  # how late a capability file may appear after its MIG instance
+POLL_SECONDS = 0.05  # how late a capability file may follow another process's change
+CAPS_ENV = "FAKEGPU_NVML_CAPS_DIR"  # read by the fake library (nvml/csrc/caps.c)
 
 
 def wrapper_argv(host_dir: Path, state: Path | None, plugin: Sequence[str]) -> list[str]:
@@ -58,6 +61,10 @@ def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
     return facts
 
 
+def unchanged(state: Path, facts: nh.HostFacts) -> bool:
+    return nh.read_generation(state)[1] == facts.generation
+
+
 def keep_current(host: nh.HostDir, state: Path, child: subprocess.Popen[bytes],
                  seen: tuple[int, int]) -> int:
     """Re-sync the capability files whenever the state file changes, until ``child`` exits."""
@@ -68,7 +75,7 @@ def keep_current(host: nh.HostDir, state: Path, child: subprocess.Popen[bytes],
             if now == seen:
                 continue
             facts = nh.read_facts(state)
-            if nh.sync_capabilities(host, facts):
+            if nh.sync_capabilities(host, facts, lambda f=facts: unchanged(state, f)):
                 print(f"fakegpu pluginhost: MIG capability files now "
                       f"{sorted(nh.capability_files(facts))}", flush=True)
             seen = (now[0], facts.generation)
@@ -98,7 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         seen = (nh.read_generation(args.state)[0], facts.generation)
         print(f"fakegpu pluginhost: driver root {host.driver_root} (driver "
               f"{facts.driver_version}, {len(facts.gpus)} GPUs)", flush=True)
-    child = subprocess.Popen(plugin)
+    # The library writes an instance's capability files as it creates it, as the driver does:
+    # NVIDIA's plugin reads them the moment its create returns (dynamic MIG).
+    env = dict(os.environ)
+    if args.state is not None:
+        env[CAPS_ENV] = str(host.capabilities)
+    child = subprocess.Popen(plugin, env=env)
     # The group gets terminate()'s signals; the plugin handles them, this waits for it.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)

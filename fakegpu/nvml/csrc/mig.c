@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "caps.h"
 #include "fakegpu.h"
 
 /* ---- helpers ---- */
@@ -358,6 +359,9 @@ static nvmlReturn_t create_gi_common(nvmlDevice_t device, unsigned int profileId
     struct create_gi_arg a = {pi, placement, 0};
     FG_TRY(fg_mutate(ref.gpu, create_gi, &a));
     *gpuInstance = fg_gi_handle(ref.gpu, a.slot);
+    struct fgs_gpu_dynamic d;
+    if (fg_read_dyn(ref.gpu, &d) == NVML_SUCCESS)
+        fg_caps_write(s->minor, d.gis[a.slot].id, -1);
     return NVML_SUCCESS;
 }
 
@@ -393,7 +397,11 @@ nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance)
     FG_CHECK_INIT();
     struct fg_ref ref;
     FG_TRY(fg_gi(gpuInstance, &ref));
-    return fg_mutate(ref.gpu, destroy_gi, &ref.gi_slot);
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    FG_TRY(fg_mutate(ref.gpu, destroy_gi, &ref.gi_slot));
+    fg_caps_remove(fg_static(ref.gpu)->minor, d.gis[ref.gi_slot].id, -1);
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,

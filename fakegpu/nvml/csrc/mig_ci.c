@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "caps.h"
 #include "fakegpu.h"
 #include "visible.h"
 
@@ -222,6 +223,10 @@ static nvmlReturn_t create_ci_common(nvmlGpuInstance_t gpuInstance, unsigned int
     struct create_ci_arg a = {ref.gi_slot, profileId, placement, 0};
     FG_TRY(fg_mutate(ref.gpu, create_ci, &a));
     *computeInstance = fg_ci_handle(ref.gpu, ref.gi_slot, a.slot);
+    struct fgs_gpu_dynamic d;
+    if (fg_read_dyn(ref.gpu, &d) == NVML_SUCCESS)
+        fg_caps_write(fg_static(ref.gpu)->minor, d.gis[ref.gi_slot].id,
+                      (int)d.gis[ref.gi_slot].cis[a.slot].id);
     return NVML_SUCCESS;
 }
 
@@ -257,7 +262,12 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance)
     FG_CHECK_INIT();
     struct fg_ref ref;
     FG_TRY(fg_ci(computeInstance, &ref));
-    return fg_mutate(ref.gpu, destroy_ci, &ref);
+    struct fgs_gpu_dynamic d;
+    FG_TRY(fg_read_dyn(ref.gpu, &d));
+    FG_TRY(fg_mutate(ref.gpu, destroy_ci, &ref));
+    fg_caps_remove(fg_static(ref.gpu)->minor, d.gis[ref.gi_slot].id,
+                   (int)d.gis[ref.gi_slot].cis[ref.ci_slot].id);
+    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
