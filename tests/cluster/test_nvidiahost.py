@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu import nvidiasmi
 from fakegpu.cluster.embedded import nvidiahost as nh
 from fakegpu.cluster.embedded.pluginhost import wrapper_argv
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state
+from fakegpu.testkit.gpus import read_node_gpus
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.packaged import FIXTURES
 
@@ -140,8 +142,6 @@ def test_build_writes_the_driver_root_and_proc_files(node_state: Path, tmp_path:
     host = nh.HostDir(tmp_path / "nvhost")
     facts = nh.read_facts(node_state)
     library = nvml_env.library_path()
-    from fakegpu import nvidiasmi
-
     majors = nh.build(host, facts, library=library, nvidia_smi=nvidiasmi.path(),
                       host_proc_devices=HOST_DEVICES)
     versioned = host.lib_dir / "libnvidia-ml.so.580.95.05"
@@ -260,7 +260,8 @@ g, c = n.nvmlGpuInstanceGetInfo(gi).id, n.nvmlComputeInstanceGetInfo(ci).id
 files = {}
 for rel in (f"gpu0/mig/gi{g}/access", f"gpu0/mig/gi{g}/ci{c}/access"):
     path = os.path.join(caps, rel)
-    files[rel] = open(path).read() if os.path.exists(path) else None  # read at once, as NVIDIA's plugin does
+    # read at once, as NVIDIA's plugin does
+    files[rel] = open(path).read() if os.path.exists(path) else None
 n.nvmlComputeInstanceDestroy(ci)
 n.nvmlGpuInstanceDestroy(gi)
 gone = not os.path.exists(os.path.join(caps, f"gpu0/mig/gi{g}"))
@@ -309,3 +310,60 @@ def test_the_plugins_own_create_finds_its_files_in_its_namespace(node_state: Pat
     assert seen["files"][f"gpu0/mig/gi{gi}/ci{ci}/access"] == \
         nh.access_text(nh.ci_minor(0, gi, ci))
     assert seen["gone"]
+
+
+def _container_root(tmp_path: Path, node_state: Path, facts: nh.HostFacts,
+                    nodes: dict[str, tuple[int, int]]) -> Path:
+    """A directory laid out as a container NVIDIA's plugin prepared: the driver files its
+    toolkit mounts (here: the state among the GSP firmware, nvidia-smi) and the device nodes
+    of the claim; nothing names the state in the environment."""
+    host = nh.HostDir(tmp_path / "nvhost")
+    nh.build(host, facts, library=nvml_env.library_path(), nvidia_smi=nvidiasmi.path(),
+             host_proc_devices=HOST_DEVICES, state=node_state)
+    root = tmp_path / "container"
+    firmware = nh.state_in_firmware(host, facts)
+    inside = root / firmware.relative_to(host.driver_root)
+    inside.parent.mkdir(parents=True)
+    os.link(firmware, inside)  # a bind mount of the same file, for chroot
+    shutil.copy(host.bin_dir / "nvidia-smi", root / "nvidia-smi")
+    for name, (major, minor) in nodes.items():
+        (root / "dev" / name).parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(root / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    return root
+
+
+def _smi_in(root: Path, *args: str) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_")}
+    proc = subprocess.run(["chroot", str(root), "/nvidia-smi", *args], env=environ,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()
+
+
+@needs_root
+def test_nvml_in_a_container_of_nvidias_plugin_sees_its_devices_only(node_state: Path,
+                                                                      tmp_path: Path) -> None:
+    """No FAKEGPU_NVML_STATE in such a container (NVIDIA's CDI spec sets none): the library
+    finds the node's state where the toolkit mounts the driver's firmware, and shows the GPUs
+    and MIG devices whose device nodes the container was given, as the real driver does."""
+    facts = nh.read_facts(node_state)
+    uuids = [g.uuid for g in read_node_gpus(node_state)]
+    whole = _container_root(tmp_path / "whole", node_state, facts,
+                            {"nvidia2": (nh.NVIDIA_MAJOR, 2),
+                             "nvidiactl": (nh.NVIDIA_MAJOR, nh.NVIDIACTL_MINOR)})
+    assert _smi_in(whole, "-L") == [f"GPU 0: NVIDIA A100-SXM4-40GB (UUID: {uuids[2]})"]
+    gi = facts.gpus[0].instances[0]
+    mig = _container_root(tmp_path / "mig", node_state, facts,
+                          {"nvidia0": (nh.NVIDIA_MAJOR, 0),
+                           f"nvidia-caps/nvidia-cap{nh.gi_minor(0, gi.gi)}": (509, 1),
+                           f"nvidia-caps/nvidia-cap{nh.ci_minor(0, gi.gi, gi.cis[0])}":
+                               (509, 2)})
+    listed = _smi_in(mig, "-L")
+    assert listed[0] == f"GPU 0: NVIDIA A100-SXM4-40GB (UUID: {uuids[0]})"
+    assert len(listed) == 2 and listed[1].lstrip().startswith("MIG "), listed
+    # No device node: no GPU, as in a container given none (the real nvidia-smi: exit 6).
+    nothing = _container_root(tmp_path / "none", node_state, facts, {})
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_")}
+    proc = subprocess.run(["chroot", str(nothing), "/nvidia-smi", "-L"], env=environ,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "", proc.stdout

@@ -54,6 +54,7 @@ CAPS_CIS_PER_GI = 8
 DYNAMIC_MAJORS = range(511, 233, -1)
 CAP_MODE = 0o444  # DeviceFileMode of the access files: the driver's default (292)
 GENERATION_OFFSET = st.Header.generation.offset
+STATE_FIRMWARE_NAME = "gsp_fakegpu_nvml_state.bin"  # the library looks for it (store.c)
 
 
 @dataclass(frozen=True)
@@ -286,8 +287,9 @@ def device_nodes(facts: HostFacts, majors: Majors) -> dict[str, tuple[int, int]]
 
 
 def build(host: HostDir, facts: HostFacts, *, library: Path, nvidia_smi: Path,
-          host_proc_devices: str) -> Majors:
-    """Write the whole host directory for ``facts``; idempotent. Returns the majors used."""
+          host_proc_devices: str, state: Path | None = None) -> Majors:
+    """Write the whole host directory for ``facts`` (and, given the node's ``state``, the link
+    that carries it into containers); idempotent. Returns the majors used."""
     majors = choose_majors(host_proc_devices)
     host.lib_dir.mkdir(parents=True, exist_ok=True)
     host.bin_dir.mkdir(parents=True, exist_ok=True)
@@ -305,7 +307,42 @@ def build(host: HostDir, facts: HostFacts, *, library: Path, nvidia_smi: Path,
     host.proc_devices.parent.mkdir(parents=True, exist_ok=True)
     fsutil.atomic_write(host.proc_devices, render_proc_devices(host_proc_devices, majors))
     sync_capabilities(host, facts)
+    if state is not None:
+        link_state(host, facts, state)
     return majors
+
+
+def state_in_firmware(host: HostDir, facts: HostFacts) -> Path:
+    """Where containers find the node's state: among the driver's GSP firmware files.
+
+    NVIDIA's container toolkit mounts ``lib/firmware/nvidia/<version>/gsp*.bin`` of the driver
+    root into every GPU container it writes a CDI spec for; the fake library, given no
+    FAKEGPU_NVML_STATE, opens this name there (nvml/csrc/store.c), so NVML in a pod NVIDIA's
+    plugin prepared reaches the node's fake GPUs, and shows those whose device nodes the pod has.
+    """
+    return (host.driver_root / "lib" / "firmware" / "nvidia" / facts.driver_version
+            / STATE_FIRMWARE_NAME)
+
+
+def link_state(host: HostDir, facts: HostFacts, state: Path) -> None:
+    """A hard link, not a symlink: the toolkit mounts the path it finds, and a link out of the
+    driver root would be resolved to a path outside it. Re-made when the state file is
+    replaced (a new inode)."""
+    target = state_in_firmware(host, facts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.samefile(target, state):
+            return
+    staged = target.with_name(f".{target.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        staged.unlink()
+    try:
+        os.link(state, staged)
+    except OSError as err:
+        raise MissingPrerequisite(f"cannot link the NVML state {state} into the driver root "
+                                  f"({target}): {err.strerror}; it must be on the same "
+                                  "filesystem") from None
+    fsutil.move_into_place(staged, target)
 
 
 def sync_capabilities(host: HostDir, facts: HostFacts,

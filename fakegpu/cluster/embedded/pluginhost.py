@@ -11,8 +11,8 @@ other nodes) this builds the node's NVIDIA host directory from the NVML state
 ``/proc/devices``, starts the plugin as a child and, while it runs, keeps the MIG capability
 files current: the plugin's own creates write them at once (the library, given
 FAKEGPU_NVML_CAPS_DIR), and for other writers this polls the state file's generation (a seqlock
-bumped by every write) and re-syncs when it moved. A signal to the process group (``process.terminate``) reaches the plugin
-too; this exits with the plugin's status.
+bumped by every write) and re-syncs when it moved. A signal to the process group
+(``process.terminate``) reaches the plugin too; this exits with the plugin's status.
 
 Nodes without GPUs (no state file) get no host directory: the plugin runs as it is.
 """
@@ -20,6 +20,7 @@ Nodes without GPUs (no state file) get no host directory: the plugin runs as it 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import subprocess
@@ -50,7 +51,7 @@ def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
     facts = nh.read_facts(state)
     real_devices = Path("/proc/devices").read_text()
     nh.build(host, facts, library=nvml_env.library_path(), nvidia_smi=nvidiasmi.path(),
-             host_proc_devices=real_devices)
+             host_proc_devices=real_devices, state=state)
     for source, target in ((host.proc_driver, "/proc/driver"),
                            (host.proc_devices, "/proc/devices")):
         res = subprocess.run(["mount", "--bind", str(source), target], capture_output=True,
@@ -75,7 +76,9 @@ def keep_current(host: nh.HostDir, state: Path, child: subprocess.Popen[bytes],
             if now == seen:
                 continue
             facts = nh.read_facts(state)
-            if nh.sync_capabilities(host, facts, lambda f=facts: unchanged(state, f)):
+            if now[0] != seen[0]:  # a new state file: containers started from now get it
+                nh.link_state(host, facts, state)
+            if nh.sync_capabilities(host, facts, functools.partial(unchanged, state, facts)):
                 print(f"fakegpu pluginhost: MIG capability files now "
                       f"{sorted(nh.capability_files(facts))}", flush=True)
             seen = (now[0], facts.generation)

@@ -22,7 +22,7 @@
  * 15 GPU instances of one access minor followed by 8 compute instances each. */
 enum { FIRST_GI_MINOR = 3, GIS_PER_GPU = 15, CIS_PER_GI = 8, CAP_MODE = 0444 };
 
-static unsigned int gi_minor(unsigned int gpu_minor, unsigned int gi)
+unsigned int fg_caps_gi_minor(unsigned int gpu_minor, unsigned int gi)
 {
     return FIRST_GI_MINOR + gpu_minor * GIS_PER_GPU * (1 + CIS_PER_GI) + gi * (1 + CIS_PER_GI);
 }
@@ -51,7 +51,7 @@ void fg_caps_write(unsigned int gpu_minor, unsigned int gi, int ci)
 {
     char dir[4096], file[4200], tmp[4300];
     if (instance_dir(dir, sizeof(dir), gpu_minor, gi, ci) != 0) return;
-    unsigned int minor = gi_minor(gpu_minor, gi) + (ci < 0 ? 0 : 1 + (unsigned int)ci);
+    unsigned int minor = fg_caps_gi_minor(gpu_minor, gi) + (ci < 0 ? 0 : 1 + (unsigned int)ci);
     mkdirs(dir);
     snprintf(file, sizeof(file), "%s/access", dir);
     snprintf(tmp, sizeof(tmp), "%s/.access.%ld.tmp", dir, (long)getpid());

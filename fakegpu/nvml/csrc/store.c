@@ -13,6 +13,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -445,12 +447,37 @@ static void events_body(void *arg)
 
 /* ---- the current mapping of an initialised client ---- */
 
+/* Where the node's state is when no variable names it: inside a container that NVIDIA's
+ * plugin prepared. Its container toolkit mounts the driver's GSP firmware
+ * (lib/firmware/nvidia/<version>/gsp*.bin under the driver root) into every GPU container,
+ * so the NVIDIA host (cluster/embedded/nvidiahost.py) links the state there: the fake GPUs'
+ * "firmware" carries what the fake driver knows. */
+static const char *driver_files_state(char *out, size_t n)
+{
+    glob_t g;
+    const char *found = NULL;
+    if (glob(FG_FIRMWARE_STATE_GLOB, 0, NULL, &g) == 0 && g.gl_pathc > 0 &&
+        snprintf(out, n, "%s", g.gl_pathv[0]) < (int)n)
+        found = out;
+    globfree(&g);
+    return found;
+}
+
+int fg_store_from_driver_files;
+
 nvmlReturn_t fg_store_open(void)
 {
+    char found[PATH_MAX];
     const char *path = getenv("FAKEGPU_NVML_STATE");
+    fg_store_from_driver_files = 0;
     if (path == NULL || path[0] == '\0') {
-        fg_debug("FAKEGPU_NVML_STATE is not set: no fake GPUs on this node");
-        return NVML_ERROR_DRIVER_NOT_LOADED;
+        path = driver_files_state(found, sizeof(found));
+        if (path == NULL) {
+            fg_debug("FAKEGPU_NVML_STATE is not set and no %s: no fake GPUs on this node",
+                     FG_FIRMWARE_STATE_GLOB);
+            return NVML_ERROR_DRIVER_NOT_LOADED;
+        }
+        fg_store_from_driver_files = 1;
     }
     struct fg_map *m;
     char *copy;

@@ -1,9 +1,13 @@
-/* The view of FAKEGPU_NVML_VISIBLE (visible.h). Computed once per nvmlInit from the state
+/* The view of FAKEGPU_NVML_VISIBLE (visible.h), or of the device nodes in a container NVIDIA's
+ * plugin prepared. Computed once per nvmlInit from the state
  * (MIG UUIDs included), so a view stays what the container was given while it runs. */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "caps.h"
 #include "fakegpu.h"
 #include "visible.h"
 
@@ -79,12 +83,52 @@ static char *joined_list(void)
     return out;
 }
 
+static int node_exists(const char *fmt, unsigned int n)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof(path), fmt, n);
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+/* A GPU is in a container's view when its /dev/nvidia<minor> is there, and of its MIG devices
+ * those whose GPU- and compute-instance capability nodes are there: what NVIDIA's container
+ * toolkit gives a container, and what the real driver lets it open. */
+static int gpu_by_device_nodes(uint32_t gpu)
+{
+    unsigned int minor = fg_static(gpu)->minor;
+    whole[gpu] = 0;
+    if (!node_exists("/dev/nvidia%u", minor)) return 0;
+    struct fgs_gpu_dynamic d;
+    if (fg_read_dyn(gpu, &d) != NVML_SUCCESS || !d.mig_current) {
+        whole[gpu] = 1;
+        return 1;
+    }
+    for (uint32_t g = 0; g < FGS_MAX_GIS; g++) {
+        if (!d.gis[g].active) continue;
+        unsigned int gi_minor = fg_caps_gi_minor(minor, d.gis[g].id);
+        if (!node_exists("/dev/nvidia-caps/nvidia-cap%u", gi_minor)) continue;
+        for (uint32_t c = 0; c < FGS_MAX_CIS; c++) {
+            if (!d.gis[g].cis[c].active || n_migs >= FG_VIEW_MAX_MIG) continue;
+            if (node_exists("/dev/nvidia-caps/nvidia-cap%u", gi_minor + 1 + d.gis[g].cis[c].id))
+                migs[n_migs++] = (typeof(migs[0])){gpu, d.gis[g].id, d.gis[g].cis[c].id};
+        }
+    }
+    return 1;
+}
+
 void fg_view_open(void)
 {
     char *list = joined_list();
     all = list == NULL || *list == '\0' || listed(list, "all");
     n_shown = 0;
     n_migs = 0;
+    if (all && list == NULL && fg_store_from_driver_files) {
+        all = 0;
+        for (uint32_t gpu = 0; gpu < fg_gpu_count && n_shown < FGS_MAX_GPUS; gpu++)
+            if (gpu_by_device_nodes(gpu)) shown[n_shown++] = gpu;
+        return;
+    }
     if (!all)
         for (uint32_t gpu = 0; gpu < fg_gpu_count && n_shown < FGS_MAX_GPUS; gpu++)
             if (gpu_listed(list, gpu)) shown[n_shown++] = gpu;
