@@ -113,15 +113,38 @@ def poll(check: Callable[[], T], *, what: str, timeout: float, interval: float =
                     is_transient=is_transient)
 
 
+# A container waiting for one of these does not start until someone changes the pod or the
+# node's images: ImagePullBackOff comes after a pull has failed and been retried (a bare
+# ErrImagePull may be a registry's hiccup). Without this an offline cluster's missing image
+# held every wait for its whole timeout.
+STUCK_REASONS = frozenset({"ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
+
+
+def stuck(pod: Any) -> str | None:
+    """Why a container of the pod cannot start (its waiting reason, message and image), or
+    None."""
+    statuses = [*(pod.status.init_container_statuses or ()),
+                *(pod.status.container_statuses or ())]
+    for cs in statuses:
+        waiting = cs.state.waiting if cs.state else None
+        if waiting is not None and waiting.reason in STUCK_REASONS:
+            return f"container {cs.name} (image {cs.image}): {waiting.reason}: {waiting.message}"
+    return None
+
+
 def wait_running(api: client.ApiClient, namespace: str, name: str, *, timeout: float,
                  interval: float = POLL_S) -> Any:
-    """Wait until the pod is Running with all containers ready; a terminal phase fails at once."""
+    """Wait until the pod is Running with all containers ready; a terminal phase, or a
+    container whose image cannot be had (:func:`stuck`), fails at once."""
 
     def running() -> Any:
         pod = read(api, namespace, name)
         phase = pod.status.phase
         if phase in ("Failed", "Succeeded"):
             raise PodFailed(f"pod {namespace}/{name} ended ({summary(pod)}) instead of running")
+        why = stuck(pod)
+        if why is not None:
+            raise PodFailed(f"pod {namespace}/{name} cannot run: {why}")
         ready = condition(pod, "Ready")
         if phase == "Running" and ready is not None and ready.status == "True":
             return pod

@@ -92,3 +92,27 @@ def test_a_refusal_by_admission_is_forbidden_with_its_reason(api: client.ApiClie
                                                r"Forbidden: .*serviceaccount \"default\" "
                                                r"not found$"):
         pods.create(api, "kube-no-sa", _pod("p"))
+
+
+def test_a_wait_for_a_pod_whose_image_cannot_be_had_fails_at_once(api: client.ApiClient) -> None:
+    """The kubelet's report (set here through the status subresource, as a kubelet writes it):
+    an image that cannot be pulled ends the wait at once, naming the image and the reason,
+    instead of holding it for its timeout (an offline cluster and a default image)."""
+    _namespace(api, "kube-stuck")
+    pods.create(api, "kube-stuck", _pod("p"))
+    status = {"status": {"phase": "Pending", "containerStatuses": [{
+        "name": "c", "image": "busybox:local", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"waiting": {"reason": "ErrImagePull", "message": "dial tcp: no route"}}}]}}
+    core = client.CoreV1Api(api)
+    core.patch_namespaced_pod_status("p", "kube-stuck", status)
+    # A first pull error may be a hiccup: the wait goes on (here: to its short timeout).
+    with pytest.raises(Exception, match="ErrImagePull") as first:
+        pods.wait_running(api, "kube-stuck", "p", timeout=1.0, interval=0.2)
+    assert not isinstance(first.value, pods.PodFailed)
+    status["status"]["containerStatuses"][0]["state"] = {"waiting": {  # type: ignore[index]
+        "reason": "ImagePullBackOff", "message": 'Back-off pulling image "busybox:local"'}}
+    core.patch_namespaced_pod_status("p", "kube-stuck", status)
+    with pytest.raises(pods.PodFailed, match=r"^pod kube-stuck/p cannot run: container c "
+                                             r"\(image busybox:local\): ImagePullBackOff: "):
+        pods.wait_running(api, "kube-stuck", "p", timeout=30.0, interval=0.2)
+    pods.delete_all(api, "kube-stuck")
