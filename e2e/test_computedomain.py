@@ -243,7 +243,8 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
         k8s.create_pod(core_v1, namespace, channel_pod(
             "intruder", fakegpu_cluster.workload_image, node, template="copied"))
         event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
-                               involved="intruder", timeout=TIMEOUT)
+                               involved="intruder", containing="of another namespace",
+                               timeout=TIMEOUT)
         assert f"names ComputeDomain {other}/tenant-b of another namespace" in event.message, \
             event.message
         assert k8s.read_pod(core_v1, namespace, "intruder").status.phase == "Pending"
@@ -297,8 +298,11 @@ def test_a_daemon_claim_outside_the_drivers_namespace_is_refused(
     pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     k8s.create_pod(core_v1, namespace, pod)
     try:
+        # (The compute-domain plugin of a cluster just up may not be registered yet: the
+        # kubelet's first events can say so, so the one with the reason is waited for.)
         event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
-                               involved="fake-daemon", timeout=TIMEOUT)
+                               involved="fake-daemon", containing="a daemon claim must be",
+                               timeout=TIMEOUT)
         assert ("is a ComputeDomainDaemonConfig claim: a daemon claim must be in the driver's "
                 f"namespace ({DRIVER_NAMESPACE})") in event.message, event.message
         assert k8s.read_pod(core_v1, namespace, "fake-daemon").status.phase == "Pending"
