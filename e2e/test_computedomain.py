@@ -19,6 +19,7 @@ from fakegpu.computedomain.names import (
     ENV_CHANNEL,
     ENV_DOMAIN,
     Names,
+    daemon_template_name,
     for_gpu_driver,
 )
 from fakegpu.deploy.manifests import NAMESPACE as DRIVER_NAMESPACE
@@ -237,29 +238,13 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
     try:
         cd = domains(other, "tenant-b", 1)
         uid = cd["metadata"]["uid"]
-        custom: Any = kclient.CustomObjectsApi(k8s_client)
-
-        def template() -> dict[str, Any]:
-            try:
-                out: dict[str, Any] = custom.get_namespaced_custom_object(
-                    "resource.k8s.io", resource_api.version, other, "resourceclaimtemplates",
-                    TEMPLATE)
-                return out
-            except kclient.ApiException as err:
-                if err.status == 404:
-                    raise NotYet("tenant B's channel template not made yet") from err
-                raise
-
-        theirs = wait_for(template, what="tenant B's channel template", timeout=TIMEOUT,
-                          is_transient=k8s.is_transient_api_error)
-        copied = {"apiVersion": theirs["apiVersion"], "kind": "ResourceClaimTemplate",
-                  "metadata": {"name": "copied"}, "spec": theirs["spec"]}
-        resource_api.create("resourceclaimtemplates", copied, namespace)
+        _copy_template(k8s_client, resource_api, other, TEMPLATE, namespace, "copied")
         node = publishing_nodes[0]
         k8s.create_pod(core_v1, namespace, channel_pod(
             "intruder", fakegpu_cluster.workload_image, node, template="copied"))
         event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
-                               involved="intruder", timeout=TIMEOUT)
+                               involved="intruder", containing="of another namespace",
+                               timeout=TIMEOUT)
         assert f"names ComputeDomain {other}/tenant-b of another namespace" in event.message, \
             event.message
         assert k8s.read_pod(core_v1, namespace, "intruder").status.phase == "Pending"
@@ -269,6 +254,63 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
     finally:
         core_v1.delete_namespaced_pod("intruder", namespace, grace_period_seconds=0)
         k8s.delete_namespace(core_v1, other)
+
+
+def _copy_template(k8s_client: Any, resource_api: ResourceApi, namespace: str, name: str,
+                   to_namespace: str, to_name: str) -> None:
+    """Copy the controller's ResourceClaimTemplate ``namespace/name`` (once it is made), its
+    spec as it is (the domain's UID in its opaque config), to ``to_namespace/to_name``."""
+    custom: Any = kclient.CustomObjectsApi(k8s_client)
+
+    def template() -> dict[str, Any]:
+        try:
+            out: dict[str, Any] = custom.get_namespaced_custom_object(
+                "resource.k8s.io", resource_api.version, namespace, "resourceclaimtemplates",
+                name)
+            return out
+        except kclient.ApiException as err:
+            if err.status == 404:
+                raise NotYet(f"template {namespace}/{name} not made yet") from err
+            raise
+
+    theirs = wait_for(template, what=f"the template {namespace}/{name}", timeout=TIMEOUT,
+                      is_transient=k8s.is_transient_api_error)
+    resource_api.create("resourceclaimtemplates", {
+        "apiVersion": theirs["apiVersion"], "kind": "ResourceClaimTemplate",
+        "metadata": {"name": to_name}, "spec": theirs["spec"]}, to_namespace)
+
+
+def test_a_daemon_claim_outside_the_drivers_namespace_is_refused(
+    fakegpu_cluster: ClusterInfo, k8s_client: Any, core_v1: kclient.CoreV1Api,
+    resource_api: ResourceApi, namespace: str, names: Names, publishing_nodes: list[str],
+    domains: Callable[..., dict[str, Any]],
+) -> None:
+    # A user copies the daemon claim template the controller made for their own domain (in
+    # the driver's namespace) into their namespace: its pod would be an IMEX daemon of the
+    # domain. Only the controller's daemon claims, in the driver's namespace, start one.
+    cd = domains(namespace, "own", 1)
+    uid = cd["metadata"]["uid"]
+    _copy_template(k8s_client, resource_api, DRIVER_NAMESPACE, daemon_template_name(uid),
+                   namespace, "copied-daemon")
+    node = publishing_nodes[0]
+    pod = pod_manifest("fake-daemon", fakegpu_cluster.workload_image, ["sleep", "3600"],
+                       [PodClaim("daemon", template="copied-daemon")])
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    k8s.create_pod(core_v1, namespace, pod)
+    try:
+        # (The compute-domain plugin of a cluster just up may not be registered yet: the
+        # kubelet's first events can say so, so the one with the reason is waited for.)
+        event = k8s.wait_event(core_v1, namespace, "FailedPrepareDynamicResources",
+                               involved="fake-daemon", containing="a daemon claim must be",
+                               timeout=TIMEOUT)
+        assert ("is a ComputeDomainDaemonConfig claim: a daemon claim must be in the driver's "
+                f"namespace ({DRIVER_NAMESPACE})") in event.message, event.message
+        assert k8s.read_pod(core_v1, namespace, "fake-daemon").status.phase == "Pending"
+        # No daemon started for it: no entry of the node in the domain's status.
+        assert (get(k8s_client, names, namespace, "own").get("status") or {}).get(
+            "nodes") in (None, []), get(k8s_client, names, namespace, "own")
+    finally:
+        core_v1.delete_namespaced_pod("fake-daemon", namespace, grace_period_seconds=0)
 
 
 def test_a_second_domain_waits_for_a_node_the_first_one_holds(

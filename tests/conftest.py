@@ -1,9 +1,14 @@
-"""What several test packages share: a real kube-apiserver with etcd and no controllers."""
+"""What several test packages share: a real kube-apiserver with etcd and no controllers; a
+short temp dir for unix sockets."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,3 +38,13 @@ def bare_control_plane(tmp_path_factory: pytest.TempPathFactory) -> StartControl
             yield cp
 
     return start
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp dir with a short path: unix socket paths below it must stay under 108 bytes
+    (pytest's tmp_path is too long). World-readable: a container's user may need to enter."""
+    path = Path(tempfile.mkdtemp(prefix="fg-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "completion", help="print a shell completion script (bash or zsh)",
         description='Print the completion script for a shell: eval "$(fakegpu completion '
                     'bash)" in ~/.bashrc; zsh: fakegpu completion zsh > a directory of '
-                    "$fpath as _fakegpu.")
+                    '$fpath as _fakegpu, or eval "$(fakegpu completion zsh)" after compinit.')
     p.add_argument("shell", choices=SHELLS, help="the shell to complete for")
     p.set_defaults(func=_completion)
 

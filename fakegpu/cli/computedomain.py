@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from fakegpu.computedomain.names import Names
+from fakegpu.deploy.manifests import NAMESPACE
 from fakegpu.errors import InvalidInput
 
 from . import add_verbose, argtypes, options, show_help
@@ -21,6 +22,14 @@ def _domain_arg(parser: argparse.ArgumentParser) -> None:
                         help="the driver domain: nvidia.com means NVIDIA's names "
                              "(resource.nvidia.com, compute-domain.nvidia.com); the GPU "
                              "driver's name without 'gpu.' (default: %(default)s)")
+
+
+def _namespace_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """The driver's namespace (the chart's release namespace), as NVIDIA's pieces take it:
+    $POD_NAMESPACE (the pod's own, from the downward API), else the chart's default."""
+    parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", NAMESPACE),
+                        help=f"the driver's namespace: {what} (default: $POD_NAMESPACE or "
+                             f"{NAMESPACE})")
 
 
 def _names(domain: str) -> Names:
@@ -42,9 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           description="For each ComputeDomain: its channel claim template, the "
                                       "IMEX daemon set, its status; cleanup on deletion.")
     _domain_arg(ctl)
-    ctl.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "fakegpu-system"),
-                     help="where the IMEX daemon sets live (default: $POD_NAMESPACE or "
-                          "fakegpu-system)")
+    _namespace_arg(ctl, "where the IMEX daemon sets and their claim templates live")
     ctl.add_argument("--daemon-image", required=True,
                      help="image of the IMEX daemon pods (one with a busybox shell and httpd)")
     ctl.add_argument("--kubeconfig", type=Path, default=None,
@@ -70,6 +77,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plug.add_argument("--state-dir", type=Path, default=None,
                       help="claim records and daemon logs (default: "
                            "<kubelet-root>/plugins/<driver>)")
+    _namespace_arg(plug, "the only one whose daemon claims it prepares (the controller's)")
     add_verbose(plug)
     plug.set_defaults(func=_plugin)
 
@@ -111,7 +119,7 @@ def _plugin(args: argparse.Namespace) -> int:
     if not args.node_name:
         raise InvalidInput("--node is required (or set NODE_NAME)")
     return run(_names(args.domain).driver, args.node_name, args.kubeconfig,
-               args.kubelet_root, args.cdi_root, args.state_dir)
+               args.kubelet_root, args.cdi_root, args.state_dir, args.namespace)
 
 
 def _daemon(args: argparse.Namespace) -> int:

@@ -15,7 +15,9 @@ It publishes, per node, IMEX channel devices ``channel-<N>`` and one daemon devi
   ready within ``READY_WAIT_S``: that claim's error, and the kubelet asks again.
 
 A channel claim must be in its domain's namespace (a domain is a tenant boundary, as in
-NVIDIA's driver), and a node is in one domain at a time: a channel claim of a second domain
+NVIDIA's driver), a daemon claim in the driver's namespace (``--namespace``: where the
+controller makes the IMEX daemons' claims; anyone else's would start a daemon in a domain they
+may not touch), and a node is in one domain at a time: a channel claim of a second domain
 on a node whose label names a first, still existing one is refused (per claim, and an event on
 the second domain) until the first domain's workloads have left the node.
 
@@ -54,6 +56,7 @@ from fakegpu.plugin import names as safe
 from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
 from fakegpu.plugin.driver import PrepareResult
 from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.plugin.run import usable_dir
 from fakegpu.plugin.server import PluginServers
 from fakegpu.plugin.sockets import socket_paths
 from fakegpu.wait import NotYet, wait_for
@@ -99,6 +102,7 @@ class Config:
     kubelet_root: Path
     cdi_root: Path
     state_dir: Path
+    namespace: str  # the driver's: where the controller makes the daemon claims
 
 
 # --- pure pieces -------------------------------------------------------------------------------
@@ -218,6 +222,18 @@ def tenant_problem(ref: ClaimRef, cd: dict[str, Any]) -> str:
             f"be in its ComputeDomain's namespace ({meta['namespace']})")
 
 
+def daemon_claim_problem(ref: ClaimRef, driver_namespace: str) -> str:
+    """Why daemon claim ``ref`` may not be prepared, or "": only the controller's claims, in
+    the driver's namespace, start IMEX daemons (a user's copy of one, with a domain UID copied
+    from anywhere, would join that domain). Checked before the domain is looked up, so the
+    answer says nothing about which UIDs exist."""
+    if ref.namespace == driver_namespace:
+        return ""
+    return (f"ResourceClaim {ref.namespace}/{ref.name} is a {DAEMON_CONFIG_KIND} claim: "
+            f"a daemon claim must be in the driver's namespace ({driver_namespace}), where "
+            "the ComputeDomain controller makes them")
+
+
 def daemon_cmdline_matches(argv: Sequence[str], uid: str, state_dir: str) -> bool:
     """Whether ``argv`` is the IMEX daemon of claim ``uid`` started from ``state_dir``."""
     pairs = set(itertools.pairwise(argv))
@@ -318,6 +334,8 @@ class ComputeDomainDriver:
             GROUP, self.resource_version, ref.namespace, "resourceclaims", ref.name,
             _request_timeout=kube.TIMEOUT_S))
         p = plan(claim, ref, self.names, self.c.node)
+        if p.kind == DAEMON and (why := daemon_claim_problem(ref, self.c.namespace)):
+            raise ClaimError(why)
         cd = kube.find_domain(self.api, self.names, p.domain_uid)
         if cd is None:
             raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: no ComputeDomain "
@@ -591,20 +609,32 @@ def unpublish(api: client.ApiClient, names_: Names, node: str, version: str) -> 
 
 
 def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path,
-        cdi_root: Path, state_dir: Path | None, stop: threading.Event | None = None) -> int:
+        cdi_root: Path, state_dir: Path | None, namespace: str,
+        stop: threading.Event | None = None) -> int:
     names_ = for_cd_driver(driver_name)
     if names_ is None:
         raise InvalidInput(f"--driver-name {driver_name!r} is not a compute-domain driver "
                            "(compute-domain.<domain>)")
-    for flag, value in (("--node-name", node), ("--driver-name", driver_name)):
+    for flag, value in (("--node", node), ("--driver-name", driver_name),
+                        ("--namespace", namespace)):
         if why := safe.check(flag, value):
             raise InvalidInput(why)
+    try:
+        paths = socket_paths(kubelet_root, driver_name)
+    except ValueError as err:
+        raise InvalidInput(str(err)) from err
     cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root,
-                 state_dir or kubelet_root / "plugins" / driver_name)
+                 state_dir or kubelet_root / "plugins" / driver_name, namespace)
+    # The GPU plugin's check, before the apiserver or the disk fail on them: of the kubelet's
+    # root only the plugin's own directories (mounted from the node in the chart's pod, whose
+    # root is read-only there) must be usable.
+    for flag, path in (("--kubelet-root", paths.registration.parent),
+                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", cdi_root),
+                       ("--state-dir", cfg.state_dir)):
+        usable_dir(flag, path)
     api = connect(kubeconfig)
     version = kube.resource_version(api)
     driver = ComputeDomainDriver(cfg, api, version)
-    paths = socket_paths(kubelet_root, driver_name)
     try:
         publish(api, names_, node, version)
     except ApiException as err:

@@ -218,13 +218,16 @@ def wait_device_health(core: kclient.CoreV1Api, namespace: str, name: str, healt
 
 
 def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,
-               involved: str | None = None, timeout: float = 120.0) -> Any:
-    """Wait for an event of ``reason`` in ``namespace`` (about object ``involved``, if given);
-    return the first one."""
+               involved: str | None = None, containing: str = "",
+               timeout: float = 120.0) -> Any:
+    """Wait for an event of ``reason`` in ``namespace`` (about object ``involved``, if given;
+    whose message holds ``containing``, if given: an earlier one of the same reason can say
+    something else, such as a kubelet plugin not registered yet); return the first one."""
 
     def seen() -> Any:
         events = kevents.list_in(core.api_client, namespace)
-        found = kevents.find(events, reason, involved)
+        found = kevents.find([e for e in events if containing in (e.message or "")], reason,
+                             involved)
         if found is None:
             raise NotYet("events: " + ", ".join(sorted({f"{e.reason}({e.involved_object.name})"
                                                           for e in events})))

@@ -127,3 +127,11 @@ def test_a_daemon_is_known_by_its_command_line() -> None:
     assert not plugin.daemon_cmdline_matches(argv, "u1", "/other")  # another plugin's
     assert not plugin.daemon_cmdline_matches(["vi", "--claim-uid", "u1", "--state-dir", "/s"],
                                              "u1", "/s")
+
+
+def test_a_daemon_claim_must_be_in_the_drivers_namespace() -> None:
+    ours = ClaimRef("fakegpu-system", "imex-x-daemon-abc", "u1")
+    assert plugin.daemon_claim_problem(ours, "fakegpu-system") == ""
+    why = plugin.daemon_claim_problem(REF, "fakegpu-system")
+    assert why.startswith("ResourceClaim ns/c is a ComputeDomainDaemonConfig claim: ")
+    assert "must be in the driver's namespace (fakegpu-system)" in why

@@ -2,7 +2,8 @@
 with SIGKILL at every step of a daemon claim's prepare and of the daemon's start
 (``killpoint.ENV``), then started again, leaves exactly one daemon for the claim, and
 unprepare leaves none and no status entry of the node; a plugin that ends does not take its
-daemons along (the next adopts them); a daemon whose claim record is gone ends by itself.
+daemons along (the next adopts them); a daemon whose claim record is gone ends by itself; a
+daemon claim outside the driver's namespace (a user's copy of the controller's) starts none.
 
 The plugin here is its driver in a process of its own (what the kubelet's gRPC calls reach in
 ``fakegpu computedomain plugin``), so the kill -9 lands where the real one would."""
@@ -44,12 +45,14 @@ from fakegpu.computedomain import kube
 from fakegpu.computedomain.connect import connect
 from fakegpu.computedomain.names import for_cd_driver
 from fakegpu.computedomain.plugin import ComputeDomainDriver, Config
+from fakegpu.deploy.manifests import NAMESPACE
 from fakegpu.plugin.prepare import ClaimRef
 driver, node, kubeconfig, root, action, ns, name, uid = sys.argv[1:]
 root = Path(root)
 api = connect(Path(kubeconfig))
 d = ComputeDomainDriver(Config(for_cd_driver(driver), node, Path(kubeconfig), root / "kubelet",
-                               root / "cdi", root / "state"), api, kube.resource_version(api))
+                               root / "cdi", root / "state", NAMESPACE), api,
+                        kube.resource_version(api))
 d.restart_daemons()
 ref = ClaimRef(ns, name, uid)
 if action == "prepare":
@@ -71,7 +74,8 @@ class Setup:
 
     def config(self) -> Config:
         r = self.root
-        return Config(NAMES, NODE, self.kubeconfig, r / "kubelet", r / "cdi", r / "state")
+        return Config(NAMES, NODE, self.kubeconfig, r / "kubelet", r / "cdi", r / "state",
+                      NAMESPACE)
 
     def plugin(self, action: str, kill_at: str = "") -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if k != killpoint.ENV}
@@ -84,6 +88,10 @@ class Setup:
 
     def daemons(self) -> list[int]:
         return ComputeDomainDriver(self.config(), self.api, "v1")._daemon_pids(self.ref.uid)
+
+    def domain_uid(self) -> str:
+        ns, name = self.domain.split("/")
+        return str(kube.get_domain(self.api, NAMES, ns, name)["metadata"]["uid"])
 
     def entries(self) -> list[str]:
         ns, name = self.domain.split("/")
@@ -104,14 +112,30 @@ def setup(control_plane: tuple[client.ApiClient, Any], tmp_path: Path) -> Iterat
         "apiVersion": NAMES.api_version, "kind": "ComputeDomain", "metadata": {"name": "d"},
         "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "ch"}}}})
     uid = cd["metadata"]["uid"]
-    pod = core.create_namespaced_pod(NAMESPACE, {
-        "metadata": {"name": f"imex-{ns}", "labels": {NAMES.label_key: uid}},
-        "spec": {"nodeName": NODE, "serviceAccountName": "fakegpu",
+    pod, ref = _daemon_pod_and_claim(api, NAMESPACE, f"imex-{ns}", uid)
+    s = Setup(api, Path(cp.kubeconfig), tmp_path, f"{ns}/d", ref)
+    yield s
+    for pid in s.daemons():  # a failed test's daemons do not outlive it
+        os.kill(pid, signal.SIGKILL)
+    core.delete_namespaced_pod(pod, NAMESPACE, grace_period_seconds=0)
+    core.delete_namespace(ns)
+
+
+def _daemon_pod_and_claim(api: client.ApiClient, namespace: str, pod_name: str,
+                          domain_uid: str, sa: str = "fakegpu") -> tuple[str, ClaimRef]:
+    """A daemon pod on NODE (no kubelet runs it) and its daemon claim for domain
+    ``domain_uid``, allocated and reserved as the scheduler would, in ``namespace``."""
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    pod = core.create_namespaced_pod(namespace, {
+        "metadata": {"name": pod_name, "labels": {NAMES.label_key: domain_uid}},
+        # (a service account that exists there: no controller makes "default" here)
+        "spec": {"nodeName": NODE, "serviceAccountName": sa,
                  "automountServiceAccountToken": False,
                  "containers": [{"name": "c", "image": "img:1"}]}})
-    claim = custom.create_namespaced_custom_object("resource.k8s.io", "v1", NAMESPACE,
+    claim = custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace,
                                                    "resourceclaims", {
-        "metadata": {"name": f"daemon-{ns}"},
+        "metadata": {"name": f"daemon-{pod_name}"},
         "spec": {"devices": {"requests": [{"name": DAEMON, "exactly": {
             "deviceClassName": NAMES.daemon_class}}]}}})
     claim["status"] = {"allocation": {"devices": {
@@ -120,18 +144,13 @@ def setup(control_plane: tuple[client.ApiClient, Any], tmp_path: Path) -> Iterat
         "config": [{"source": "FromClaim", "requests": [DAEMON], "opaque": {
             "driver": NAMES.driver, "parameters": {
                 "apiVersion": NAMES.api_version, "kind": DAEMON_CONFIG_KIND,
-                "domainID": uid}}}]}},
+                "domainID": domain_uid}}}]}},
         "reservedFor": [{"resource": "pods", "name": pod.metadata.name,
                          "uid": pod.metadata.uid}]}
     claim = custom.replace_namespaced_custom_object_status(
-        "resource.k8s.io", "v1", NAMESPACE, "resourceclaims", claim["metadata"]["name"], claim)
-    s = Setup(api, Path(cp.kubeconfig), tmp_path, f"{ns}/d",
-              ClaimRef(NAMESPACE, claim["metadata"]["name"], claim["metadata"]["uid"]))
-    yield s
-    for pid in s.daemons():  # a failed test's daemons do not outlive it
-        os.kill(pid, signal.SIGKILL)
-    core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
-    core.delete_namespace(ns)
+        "resource.k8s.io", "v1", namespace, "resourceclaims", claim["metadata"]["name"], claim)
+    return pod.metadata.name, ClaimRef(namespace, claim["metadata"]["name"],
+                                       claim["metadata"]["uid"])
 
 
 def _entry_written(s: Setup) -> None:
@@ -180,3 +199,30 @@ def test_daemons_outlive_the_plugin_and_end_with_their_claim_record(setup: Setup
 
     wait_for(ended, what="the daemon to end", timeout=WAIT_S, interval=0.2)
     assert NODE not in setup.entries()
+
+
+def test_a_daemon_claim_outside_the_drivers_namespace_starts_no_daemon(setup: Setup) -> None:
+    """A user copies the controller's daemon claim (the domain's UID in its config) into a
+    namespace of their own: refused with the reason, no daemon, no record, no CDI spec."""
+    ns = setup.domain.split("/")[0]  # the domain's own namespace: its owner is no exception
+    core: Any = client.CoreV1Api(setup.api)
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "intruder"}})
+    _pod, ref = _daemon_pod_and_claim(setup.api, ns, "intruder", setup.domain_uid(),
+                                      sa="intruder")
+    driver = ComputeDomainDriver(setup.config(), setup.api, "v1")
+    try:
+        error = driver.prepare([ref])[ref.uid].error
+    finally:  # a daemon started by mistake does not outlive the test
+        started = driver._daemon_pids(ref.uid)
+        for pid in started:
+            os.kill(pid, signal.SIGKILL)
+    assert started == []
+    assert error == (f"ResourceClaim {ns}/{ref.name} is a {DAEMON_CONFIG_KIND} claim: a "
+                     f"daemon claim must be in the driver's namespace ({NAMESPACE}), where the "
+                     "ComputeDomain controller makes them")
+    assert not (setup.root / "state" / "claims" / f"{ref.uid}.json").exists()
+    assert list((setup.root / "cdi").iterdir()) == []
+    # The controller's claim in the driver's namespace still starts its daemon.
+    assert driver.prepare([setup.ref])[setup.ref.uid].error == ""
+    assert len(setup.daemons()) == 1
+    assert driver.unprepare([setup.ref])[setup.ref.uid] == ""

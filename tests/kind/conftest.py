@@ -7,10 +7,6 @@ or to build the image is an error of the test, never a skip.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,12 +31,3 @@ def plugin_image(docker_host: object) -> str:
 
     assert isinstance(docker_host, DockerHost)
     return image.build(docker_host.docker).ref
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A short directory: unix socket paths below it must stay under 108 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="fgk-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)

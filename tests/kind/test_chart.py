@@ -175,6 +175,8 @@ def test_compute_domain_pieces_run_the_computedomain_commands(helm: Path) -> Non
     (plugin,) = by_kind(docs, "DaemonSet", compute_domain=True)
     (c,) = plugin["spec"]["template"]["spec"]["containers"]
     assert "fakegpu.computedomain.entrypoint" in c["command"] and "--domain=nvidia.com" in c["args"]
+    # Only daemon claims of the release's namespace (the controller's) start IMEX daemons.
+    assert "--namespace=fakegpu" in c["args"]
     (ctl,) = by_kind(docs, "Deployment", compute_domain=True)
     spec = ctl["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "fg-fakegpu-compute-domain-controller"

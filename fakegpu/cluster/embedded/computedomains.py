@@ -47,6 +47,7 @@ def start_plugin(layout: NodeLayout, gpu_driver: str, nvml_env: Mapping[str, str
         "--kubelet-root", str(layout.kubelet_root),
         "--cdi-root", str(layout.cdi_dir),
         "--state-dir", str(layout.root / PLUGIN),
+        "--namespace", NAMESPACE,  # the controller's: its daemon claims are made there
     ], layout.log_dir / f"{PLUGIN}.log", env=env)
 
 
