@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,14 @@ from fakegpu import drivers
 from fakegpu.cluster import external, get_provider, nodenvml
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
-from fakegpu.testkit.dra import ResourceApi, attribute_value
+from fakegpu.testkit.dra import (
+    ResourceApi,
+    allocation_results,
+    attribute_value,
+    pod_claim_name,
+    published_device,
+)
+from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.packaged import FIXTURES
 
 # Not `e2e`: that marker brings up the session's cluster (fakegpu's plugin) for every test, and
@@ -43,16 +50,18 @@ NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--fakegpu-nvidia-plugin
              "(go build -mod=vendor ./cmd/gpu-kubelet-plugin, docs/nvidia-driver.md)")
 
 
-@pytest.fixture(scope="module")
-def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
+                          plugin_args: Sequence[str] = ()) -> Iterator[ClusterInfo]:
+    """A cluster of TOPOLOGY with NVIDIA's plugin (given ``plugin_args``) in fakegpu's place,
+    named ``<--fakegpu-cluster-name>-<suffix>``; skips, saying why, without the binary."""
     binary = request.config.getoption("fakegpu_nvidia_plugin_bin")
     if not binary:
         warnings.warn(NOT_GIVEN, stacklevel=1)  # in the warnings summary, not only -rs
         pytest.skip(NOT_GIVEN)
-    plugin = external.parse(Path(binary), [], preset="nvidia", driver=None, beside=False,
-                            env=[])
+    plugin = external.parse(Path(binary), plugin_args, preset="nvidia", driver=None,
+                            beside=False, env=[])
     clusters = get_provider("embedded")
-    name = f"{request.config.getoption('fakegpu_cluster_name')}-nvd"
+    name = f"{request.config.getoption('fakegpu_cluster_name')}-{suffix}"
     clusters.down(name)
     try:
         yield clusters.up(name, TOPOLOGY, request.config.getoption("fakegpu_k8s_version"),
@@ -60,6 +69,11 @@ def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
     finally:
         if not request.config.getoption("fakegpu_keep_cluster"):
             clusters.down(name)
+
+
+@pytest.fixture(scope="module")
+def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    yield from nvidia_plugin_cluster(request, "nvd")
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +151,116 @@ def test_a_claim_is_prepared_and_its_pod_runs(nvidia_cluster: ClusterInfo, api: 
     else:
         # The MIG device's GPU-instance and compute-instance capability nodes.
         assert len(lines) == 2 and all(re.fullmatch(r"nvidia-cap\d+", x) for x in lines), lines
+
+
+def smi_listing(core: Any, ns: str, pod: str) -> list[str]:
+    """The `nvidia-smi -L` lines a pod printed between BEGIN and END."""
+    text = k8s.pod_log(core, ns, pod)
+    assert "BEGIN" in text and "END" in text, text
+    return [line for line in text.split("BEGIN", 1)[1].split("END", 1)[0].splitlines()
+            if line.strip()]
+
+
+def allocated_uuids(resource_api: ResourceApi, core: Any, ns: str, pod: str) -> list[str]:
+    """UUIDs of the devices the pod's claim was allocated, as their slices publish them."""
+    claim = resource_api.claim(ns, pod_claim_name(k8s.read_pod(core, ns, pod), "dev"))
+    return [str(attribute_value(published_device(resource_api, DRIVER, r["pool"], r["device"]),
+                                "uuid")) for r in allocation_results(claim, DRIVER)]
+
+
+@pytest.mark.parametrize("device_class", [drivers.NVIDIA, "mig.nvidia.com"])
+def test_nvml_in_its_pods_sees_exactly_the_claimed_device(nvidia_cluster: ClusterInfo,
+                                                          api: Any, ns: str,
+                                                          device_class: str) -> None:
+    """`nvidia-smi -L` in a pod NVIDIA's plugin prepared (its CDI spec, no fakegpu variable):
+    the one GPU, or the one MIG device and its parent, of the claim (issue 27)."""
+    resource_api = ResourceApi(api)
+    core = kclient.CoreV1Api(api)
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "one", [resource_api.device_request("dev", device_class)]), namespace=ns)
+    k8s.create_pod(core, ns, _pod("p", "one", nvidia_cluster.workload_image,
+                                  "echo BEGIN; nvidia-smi -L; echo END"))
+    k8s.wait_pod_running(core, ns, "p", timeout=180)
+    listed = smi_listing(core, ns, "p")
+    (uuid,) = allocated_uuids(resource_api, core, ns, "p")
+    gpus = [line for line in listed if line.startswith("GPU ")]
+    assert len(gpus) == 1, listed
+    if device_class == drivers.NVIDIA:
+        assert listed == [gpus[0]] and gpus[0].endswith(f"(UUID: {uuid})"), listed
+    else:
+        assert len(listed) == 2 and listed[1].strip().startswith("MIG "), listed
+        assert listed[1].endswith(f"(UUID: {uuid})"), listed
+
+
+# --- dynamic MIG ---------------------------------------------------------------------------------
+
+DMIG_NODE = "nv-1"  # its H100 starts with MIG off: the plugin turns it on for the first instance
+DMIG_PROFILE = "1g.10gb"
+
+
+@pytest.fixture(scope="module")
+def dmig_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """A second cluster: NVIDIA's plugin with dynamic MIG. It publishes every MIG placement as
+    a partitionable device and creates the instances at prepare, destroys them at unprepare;
+    it reads a new instance's capability files the moment NVML's create returns, which the fake
+    library writes then, as the real driver does (before that, every prepare failed)."""
+    yield from nvidia_plugin_cluster(request, "dmig", ["--feature-gates=DynamicMIG=true"])
+
+
+@pytest.fixture(scope="module")
+def dmig_api(dmig_cluster: ClusterInfo) -> Any:
+    return k8s.new_api_client(dmig_cluster.kubeconfig)
+
+
+@pytest.fixture()
+def dmig_ns(dmig_api: Any) -> Iterator[str]:
+    core = kclient.CoreV1Api(dmig_api)
+    name = k8s.create_namespace(core, prefix="e2e-nvidia-dmig", labels={"fakegpu.dev/test": "e2e"})
+    yield name
+    k8s.delete_namespace(core, name)
+
+
+def node_mig_devices(cluster: ClusterInfo) -> list[dict[str, Any]]:
+    out = nodenvml.run(cluster.name, DMIG_NODE, ["smi", "-o", "json"], provider=cluster.provider)
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout)["mig_devices"])
+
+
+def test_dynamic_mig_publishes_every_placement_as_a_partition(dmig_cluster: ClusterInfo,
+                                                              dmig_api: Any) -> None:
+    devices = [d for s in ResourceApi(dmig_api).slices(DRIVER, node=DMIG_NODE)
+               for d in s["spec"].get("devices") or ()]
+    migs = [d for d in devices if attribute_value(d, "type") == "mig"]
+    assert migs and all(d.get("consumesCounters") for d in migs), devices
+    assert any(attribute_value(d, "profile") == DMIG_PROFILE for d in migs), migs
+    assert node_mig_devices(dmig_cluster) == []  # nothing is created before a claim needs it
+
+
+def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after(
+        dmig_cluster: ClusterInfo, dmig_api: Any, dmig_ns: str) -> None:
+    cluster, ns = dmig_cluster, dmig_ns
+    resource_api = ResourceApi(dmig_api)
+    core = kclient.CoreV1Api(dmig_api)
+    request = resource_api.device_request(
+        "dev", "mig.nvidia.com",
+        cel=[f"device.attributes['{DRIVER}'].profile == '{DMIG_PROFILE}'"])
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template("one", [request]),
+                        namespace=ns)
+    k8s.create_pod(core, ns, _pod("p", "one", cluster.workload_image,
+                                  "echo BEGIN; nvidia-smi -L; echo END"))
+    k8s.wait_pod_running(core, ns, "p", timeout=180)
+    # A partition has no UUID until it is made (none is published): NVML names it now.
+    made = node_mig_devices(cluster)
+    assert len(made) == 1 and made[0]["profile"] == DMIG_PROFILE, made
+    listed = smi_listing(core, ns, "p")
+    assert len(listed) == 2 and listed[1].endswith(f"(UUID: {made[0]['uuid']})"), listed
+
+    core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+    k8s.wait_pod_gone(core, ns, "p")
+
+    def destroyed() -> None:
+        left = node_mig_devices(cluster)
+        if left:
+            raise NotYet(f"MIG devices still on {DMIG_NODE}: {left}")
+
+    wait_for(destroyed, what=f"the plugin to destroy the MIG instance on {DMIG_NODE}", timeout=120)
