@@ -28,9 +28,10 @@ from .model import (
 
 def parse_pci(text: str) -> PciAddress:
     """``DDDD:BB:DD.F`` (4- or 8-digit domain) -> PciAddress; ValueError if malformed."""
-    domain, bus, rest = text.split(":")
-    device, function = rest.split(".")
-    return PciAddress(int(domain, 16), int(bus, 16), int(device, 16), int(function, 16))
+    address = pcie.parse_address(text)
+    if address is None:
+        raise ValueError(f"malformed PCI bus id {text!r}")
+    return address
 
 
 def _mig(data: dict[str, Any]) -> MigCapability:
