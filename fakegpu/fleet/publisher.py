@@ -31,6 +31,7 @@ from fakegpu.errors import FakegpuError
 from fakegpu.kube.errors import KubeError
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
+from fakegpu.nvml import sysfs as nvml_sysfs
 from fakegpu.plugin import discovery
 from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
@@ -67,6 +68,12 @@ class NodePublisher:
         node = self.sim.node
         with _nvml_turn:
             os.environ[nvml_env.STATE_ENV] = str(self.sim.state)
+            # Where its devices sit, as its plugin would read them (nvml/sysfs.py).
+            view = nvml_sysfs.path_for(self.sim.state)
+            if view.is_dir():
+                os.environ[nvml_sysfs.SYSFS_ENV] = str(view)
+            else:
+                os.environ.pop(nvml_sysfs.SYSFS_ENV, None)
             inventory = discovery.discover(self.nvidia, node.dynamic_mig,
                                            frozenset(node.shared_minors))
             self._observe_faults()

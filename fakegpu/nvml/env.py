@@ -17,7 +17,7 @@ from fakegpu import paths
 from fakegpu.errors import InvalidInput, MissingPrerequisite, printable
 from fakegpu.topology.model import Topology
 
-from . import state
+from . import state, sysfs
 
 LIBNAME = "libnvidia-ml.so.1"
 STATE_ENV = "FAKEGPU_NVML_STATE"
@@ -109,6 +109,8 @@ def ensure_state(topology: Topology, node: str, path: str | Path | None = None,
     try:
         if fresh or not target.exists() or not _current_layout(target):
             state.render(topology, node, target)
+        elif not sysfs.path_for(target).exists():  # a state from before the view existed
+            sysfs.render(topology.node(node), sysfs.path_for(target))
     except OSError as err:
         # /proc/nope/x, /sys/x, a name over NAME_MAX: the path is the problem, not us.
         raise InvalidInput(f"cannot write the NVML state file {printable(str(target))}: "
@@ -143,4 +145,8 @@ def env(state_path: str | Path) -> dict[str, str]:
     lib = str(libdir())
     old = os.environ.get("LD_LIBRARY_PATH", "")
     parts = [lib, *(p for p in old.split(":") if p and p != lib)]
-    return {"LD_LIBRARY_PATH": ":".join(parts), STATE_ENV: str(path)}
+    found = {"LD_LIBRARY_PATH": ":".join(parts), STATE_ENV: str(path)}
+    view = sysfs.path_for(path)
+    if view.is_dir():  # where the node's devices sit (sysfs.py); a node without a tree has none
+        found[sysfs.SYSFS_ENV] = str(view)
+    return found

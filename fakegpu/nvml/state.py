@@ -17,6 +17,7 @@ from pathlib import Path
 
 from fakegpu.errors import InvalidInput
 from fakegpu.fsutil import atomic_write
+from fakegpu.nvml import sysfs
 from fakegpu.topology.model import (
     FabricHealth,
     FabricState,
@@ -398,7 +399,8 @@ def render_bytes(topology: Topology, node: Node) -> bytes:
 
 
 def render(topology: Topology, node: str | Node, path: str | Path) -> Path:
-    """Render one node's state file to ``path`` (replacing any old one) and return it."""
+    """Render one node's state file to ``path`` (replacing any old one), and the sysfs view of
+    its PCIe tree beside it (``sysfs.path_for``), and return the state file's path."""
     if isinstance(node, str):
         try:
             node = topology.node(node)
@@ -406,6 +408,7 @@ def render(topology: Topology, node: str | Node, path: str | Path) -> Path:
             names = ", ".join(n.name for n in topology.nodes)
             raise InvalidInput(f"no node {node!r} in topology {topology.name} ({names})") from None
     data = render_bytes(topology, node)
+    sysfs.render(node, sysfs.path_for(path))
     old = _open_replaced(Path(path))
     try:
         # 0644: readers (containers, monitoring) need no write access; changes need the owner

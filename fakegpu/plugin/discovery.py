@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from fakegpu.errors import MissingPrerequisite
+from fakegpu.nvml import sysfs
 
 from . import partitions
 
@@ -141,6 +142,7 @@ class Device:
     memory_bytes: int
     pci_bus_id: str  # "0000:3b:00.0", the form resource.kubernetes.io/pciBusID uses
     pcie_root: str = ""  # "" when unknown (no sysfs node): the attribute is left out
+    numa_node: int | None = None  # sysfs numa_node; None when unknown or -1: left out
     addressing_mode: str = ""  # "HMM" | "ATS" | "None"; "" where NVML does not support it
     parent_uuid: str = ""
     profile: str = ""  # MIG profile, e.g. "1g.10gb"
@@ -223,26 +225,56 @@ def normalize_bus_id(nvml_bus_id: str) -> str:
 NVIDIA_PCI_VENDOR = "0x10de"
 
 
-def pcie_root(bus_id: str, sysfs: str = "/sys/bus/pci/devices") -> str:
-    """The PCIe root complex (``pci0000:00``) of an NVIDIA device, read from sysfs as NVIDIA's
-    driver reads it; "" (the attribute is then left out, as NVIDIA leaves it out) when sysfs
-    has no NVIDIA device at that address.
+def sysfs_root() -> str:
+    """The sysfs the plugin reads: the node's fake host's view (``FAKEGPU_SYSFS``, set with the
+    NVML state: fakegpu/nvml/sysfs.py), else the real /sys."""
+    return os.environ.get(sysfs.SYSFS_ENV) or "/sys"
 
-    A fake GPU has no sysfs node, and a host device that happens to sit at the same address
-    is not the GPU's: its root would be invented either way. Topologies model no root
-    complexes (no NICs either), so there is nothing true to publish for them.
-    """
-    node = os.path.join(sysfs, bus_id)
+
+def _device_dir(bus_id: str, root: str) -> tuple[str, str] | None:
+    """(the device's directory, its root complex) for an NVIDIA device, resolved as
+    k8s.io/dynamic-resource-allocation's deviceattribute package does: the link
+    ``bus/pci/devices/<bus id>`` must lead to ``devices/pci<domain>:<bus>/.../<bus id>``.
+    None when sysfs has no NVIDIA device at that address: a fake GPU without a view has no
+    node, and a host device that merely sits at the same address is not the GPU."""
+    link = os.path.join(root, "bus", "pci", "devices", bus_id)
     try:
-        with open(os.path.join(node, "vendor"), encoding="ascii") as f:
-            if f.read().strip().lower() != NVIDIA_PCI_VENDOR:
-                return ""
+        target = os.readlink(link)
+        with open(os.path.join(link, "vendor"), encoding="ascii") as f:
+            vendor = f.read().strip().lower()
     except (OSError, ValueError):
-        return ""
-    for part in os.path.realpath(node).split(os.sep):
-        if part.startswith("pci") and ":" in part:
-            return part
-    return ""
+        return None
+    if vendor != NVIDIA_PCI_VENDOR:
+        return None
+    if not os.path.isabs(target):
+        target = os.path.normpath(os.path.join(os.path.dirname(link), target))
+    parts = os.path.relpath(target, root).split(os.sep)
+    if len(parts) < 3 or parts[0] != "devices" or not parts[1].startswith("pci") \
+            or parts[-1] != bus_id:
+        return None
+    return target, parts[1]
+
+
+def pcie_root(bus_id: str, root: str | None = None) -> str:
+    """``resource.kubernetes.io/pcieRoot`` (``pci0000:17``) of an NVIDIA device, from sysfs as
+    NVIDIA's driver reads it; "" (the attribute is then left out, as NVIDIA leaves it out)
+    when sysfs does not know the device."""
+    found = _device_dir(bus_id, root or sysfs_root())
+    return found[1] if found else ""
+
+
+def numa_node(bus_id: str, root: str | None = None) -> int | None:
+    """``resource.kubernetes.io/numaNode``: the device's sysfs ``numa_node``; None (left out,
+    as the standard says for a device without NUMA affinity) when it is -1 or unknown."""
+    found = _device_dir(bus_id, root or sysfs_root())
+    if found is None:
+        return None
+    try:
+        with open(os.path.join(found[0], "numa_node"), encoding="ascii") as f:
+            node = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
 
 
 # nvmlDeviceAddressingMode_t -> the strings NVIDIA's driver publishes (go-nvlib's
@@ -493,7 +525,8 @@ def _gpu_device(index: int, handle: Any, nvlink_peers: int) -> Device:
         architecture=_ARCH.get(_query(pynvml.nvmlDeviceGetArchitecture, -1, handle), "Unknown"),
         cuda_compute_capability=f"{major_cc}.{minor_cc}",
         memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-        pci_bus_id=bus, pcie_root=pcie_root(bus), clique_id=clique, fabric=fabric,
+        pci_bus_id=bus, pcie_root=pcie_root(bus), numa_node=numa_node(bus),
+        clique_id=clique, fabric=fabric,
         nvlink_peers=nvlink_peers, index=index, addressing_mode=addressing_mode(handle),
     )
     return gpu

@@ -85,6 +85,10 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
     # Both only when known, as NVIDIA's driver does: a MIG device carries its GPU's.
     if device.pcie_root:
         attrs["resource.kubernetes.io/pcieRoot"] = {"string": device.pcie_root}
+    # The standard NUMA attribute (KEP-6072) in its scalar form, which needs no feature gate;
+    # left out for a device without NUMA affinity, as the standard asks.
+    if device.numa_node is not None:
+        attrs["resource.kubernetes.io/numaNode"] = {"int": device.numa_node}
     if device.addressing_mode:
         attrs["addressingMode"] = {"string": device.addressing_mode}
     if device.type == "mig":

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import catalog, ids, network, pci
+from . import catalog, ids, network, pci, pcie
 from .errors import Problem, TopologyError
 from .fields import Report, join, type_name
 from .mig import first_free, refusal
@@ -29,6 +29,7 @@ from .model import (
     NvLink,
     NvSwitch,
     PciAddress,
+    PcieTree,
     Product,
     RemoteType,
     Topology,
@@ -43,7 +44,7 @@ _RANGE_DIGITS = 9  # node names are at most 63 characters anyway
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # a Kubernetes node name
 _DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 _TOP_KEYS = ("name", "seed", "driver", "network", "fabrics", "nodes")
-_NODE_KEYS = ("name", "system", "gpus", "nvlink", "faults", "simulated")
+_NODE_KEYS = ("name", "system", "gpus", "nvlink", "faults", "simulated", "pcie")
 _FAULTS_WITH_VALUE = {FaultKind.XID, FaultKind.NVLINK_DOWN}
 
 
@@ -268,6 +269,7 @@ class _NodeSpec:
     gpu_pci: tuple[PciAddress, ...]
     switch_pci: tuple[PciAddress, ...]
     simulated: bool = False  # a fleet node: KWOK keeps it, fakegpu publishes its slices
+    pcie: PcieTree | None = None
 
     @staticmethod
     def parse(report: Report, data: dict[str, Any], path: str,
@@ -299,15 +301,22 @@ class _NodeSpec:
                 else join(path, "gpus")
             report.add(where, f"{len(gpus)} GPUs and {switches} NVSwitches do not fit: {why}")
             return None
+        tree = _pcie(report, data.get("pcie"), join(path, "pcie"), product, gpu_pci,
+                     switch_pci)
+        if "pcie" in data and tree is None:
+            return None
         per_gpu = tuple(tuple(f for g, f in faults if g == i) for i in range(len(gpus)))
         return _NodeSpec(system, tuple(gpus), nvlink, per_gpu, tuple(gpu_pci),
-                         tuple(switch_pci), simulated)
+                         tuple(switch_pci), simulated, tree)
 
     def node(self, name: str, position: int, seed: int, fabrics: dict[str, _Fabric]) -> Node:
         product = self.gpus[0].product
         board = product.baseboard
         count = len(self.gpus)
         numa = [board.numa[i] if board and i < len(board.numa) else 0 for i in range(count)]
+        if self.pcie is not None:  # a GPU's NUMA node is its root complex's
+            numa = [root.numa_node if (root := self.pcie.gpu_root(i)) else numa[i]
+                    for i in range(count)]
         per_board = board.gpus_per_board if board else 1
         switches = self._switches(name, seed)
         gpus = []
@@ -332,7 +341,8 @@ class _NodeSpec:
                 nvlinks=self._links(name, switches, down), fabric=fabric,
                 mig=spec.mig, faults=faults, shared=spec.shared))
         return Node(name=name, index=position, gpus=tuple(gpus), nvswitches=tuple(switches),
-                    system=self.system, numa_nodes=max(numa) + 1, simulated=self.simulated)
+                    system=self.system, numa_nodes=max(numa) + 1, simulated=self.simulated,
+                    pcie=self.pcie)
 
     def _switches(self, node: str, seed: int) -> list[NvSwitch]:
         if self.nvlink.mode != "switched":
@@ -363,6 +373,22 @@ class _NodeSpec:
                               remote_node=node, remote_gpu_index=None,
                               state=LinkState.DOWN if link in down else LinkState.UP))
         return tuple(out)
+
+
+def _pcie(report: Report, raw: Any, path: str, product: Product, gpu_pci: list[PciAddress],
+          switch_pci: list[PciAddress]) -> PcieTree | None:
+    """The node's own ``pcie`` section, else its baseboard's tree (for the positions it
+    fills), else None: GPUs beyond the reference board sit nowhere known."""
+    taken = {a.bus_id: f"NVSwitch {i}" for i, a in enumerate(switch_pci)}
+    if raw is not None:
+        return pcie.parse(report, raw, path, gpu_pci, taken)
+    board = product.baseboard
+    if board is None or board.pcie is None or len(gpu_pci) > len(board.pci):
+        return None
+    tree = pcie.restrict(board.pcie, len(gpu_pci))
+    if any(n.pci.bus_id in taken for n in tree.nics):
+        return None  # NVSwitches invented beyond the board's took a NIC's bus: no tree
+    return tree
 
 
 def _switch_of(link: int, links: int, switches: int) -> int:

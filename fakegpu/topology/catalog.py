@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from . import pcie
+from .fields import Report
 from .model import (
     Baseboard,
     MigCapability,
@@ -19,15 +21,17 @@ from .model import (
     MigPlacement,
     NvLinkSpec,
     PciAddress,
+    PcieTree,
     Product,
 )
 
 
 def parse_pci(text: str) -> PciAddress:
     """``DDDD:BB:DD.F`` (4- or 8-digit domain) -> PciAddress; ValueError if malformed."""
-    domain, bus, rest = text.split(":")
-    device, function = rest.split(".")
-    return PciAddress(int(domain, 16), int(bus, 16), int(device, 16), int(function, 16))
+    address = pcie.parse_address(text)
+    if address is None:
+        raise ValueError(f"malformed PCI bus id {text!r}")
+    return address
 
 
 def _mig(data: dict[str, Any]) -> MigCapability:
@@ -47,6 +51,19 @@ def _mig(data: dict[str, Any]) -> MigCapability:
     )
 
 
+def _pcie(data: dict[str, Any]) -> PcieTree | None:
+    """The board's PCIe tree, checked by the same rules as a topology's ``pcie`` section."""
+    raw = data.get("pcie")
+    if raw is None:
+        return None
+    report = Report()
+    tree = pcie.parse(report, raw, "baseboard.pcie", [parse_pci(p) for p in data["pci"]],
+                      {parse_pci(p).bus_id: "an NVSwitch" for p in data.get("nvswitch_pci", ())})
+    if tree is None or report.problems:
+        raise ValueError("; ".join(f"{p.path}: {p.message}" for p in report.problems))
+    return tree
+
+
 def _baseboard(data: dict[str, Any]) -> Baseboard:
     return Baseboard(
         system=data["system"],
@@ -56,6 +73,7 @@ def _baseboard(data: dict[str, Any]) -> Baseboard:
         nvswitches=data.get("nvswitches", 0),
         nvswitch_pci=tuple(parse_pci(p) for p in data.get("nvswitch_pci", ())),
         fabric_switch_chips=data.get("fabric_switch_chips", 0),
+        pcie=_pcie(data),
     )
 
 

@@ -71,6 +71,7 @@ class Baseboard:
     nvswitches: int = 0  # NVSwitch chips inside the node
     nvswitch_pci: tuple[PciAddress, ...] = ()
     fabric_switch_chips: int = 0  # off-node switch chips a fabric GPU links to (NVL72: 18)
+    pcie: PcieTree | None = None  # the system's PCIe tree for all its positions, with its NICs
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,82 @@ class PciAddress:
     def bus_id_legacy(self) -> str:
         """NVML's busIdLegacy form: 4-digit domain, e.g. ``0000:18:00.0``."""
         return f"{self.domain:04X}:{self.bus:02X}:{self.device:02X}.{self.function:X}"
+
+
+@dataclass(frozen=True)
+class PcieRoot:
+    """A PCIe root complex (host bridge) as sysfs names it: ``/sys/devices/pci0000:15``."""
+
+    name: str  # "pci<domain>:<bus>", lowercase hex: the value of resource.kubernetes.io/pcieRoot
+    numa_node: int  # what every device below it reports in sysfs numa_node
+
+    @property
+    def domain(self) -> int:
+        return int(self.name[3:7], 16)
+
+    @property
+    def bus(self) -> int:
+        return int(self.name[8:10], 16)
+
+
+class NicRole(StrEnum):
+    COMPUTE = "compute"  # the GPU's scale-out (GPUDirect RDMA) NIC, beside it under a switch
+    STORAGE = "storage"
+    MANAGEMENT = "management"
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network adapter port (one PCI function) of a node; no driver publishes it yet."""
+
+    name: str  # the netdev interface name, e.g. "ibp24s0"
+    model: str  # e.g. "ConnectX-7"
+    gbps: float  # link speed, Gb/s
+    pci: PciAddress
+    role: NicRole = NicRole.COMPUTE
+    rdma: str = ""  # the RDMA device, e.g. "mlx5_0"
+
+
+@dataclass(frozen=True)
+class PcieSwitch:
+    root: int  # index into PcieTree.roots
+    gpus: tuple[int, ...]  # NVML indices of the GPUs below it
+    nics: tuple[int, ...]  # indices into PcieTree.nics
+
+
+@dataclass(frozen=True)
+class PcieTree:
+    """Where a node's GPUs and NICs sit: under a switch, or straight on a root port."""
+
+    roots: tuple[PcieRoot, ...]
+    switches: tuple[PcieSwitch, ...]
+    nics: tuple[Nic, ...]
+    # Devices on a root port without a switch: (root index, GPU indices, NIC indices).
+    direct: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+
+    def gpu_root(self, gpu: int) -> PcieRoot | None:
+        for sw in self.switches:
+            if gpu in sw.gpus:
+                return self.roots[sw.root]
+        for root, gpus, _nics in self.direct:
+            if gpu in gpus:
+                return self.roots[root]
+        return None
+
+    def gpu_switch(self, gpu: int) -> int | None:
+        return next((i for i, sw in enumerate(self.switches) if gpu in sw.gpus), None)
+
+    def nic_root(self, nic: int) -> PcieRoot:
+        for sw in self.switches:
+            if nic in sw.nics:
+                return self.roots[sw.root]
+        for root, _gpus, nics in self.direct:
+            if nic in nics:
+                return self.roots[root]
+        raise KeyError(nic)  # the loader places every NIC
+
+    def nic_switch(self, nic: int) -> int | None:
+        return next((i for i, sw in enumerate(self.switches) if nic in sw.nics), None)
 
 
 @dataclass(frozen=True)
@@ -244,6 +321,7 @@ class Node:
     # A fleet node (docs/scale.md): no kubelet; KWOK keeps it Ready and its pods Running,
     # fakegpu's fleet publisher writes its ResourceSlices as its plugin would.
     simulated: bool = False
+    pcie: PcieTree | None = None  # None: where the GPUs sit is unknown (nothing published)
 
     def gpu(self, index: int) -> Gpu:
         return self.gpus[index]

@@ -13,6 +13,7 @@ from typing import Any
 
 from fakegpu import drivers
 from fakegpu.fleet.publisher import FleetPublisher, SimNode
+from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import faults
 from fakegpu.plugin import discovery, slices
 from fakegpu.topology.load import load_topology
@@ -62,7 +63,9 @@ class Store:
 
 def plugin_devices(state: Path, driver: str) -> list[dict[str, Any]]:
     """What the plugin's own code publishes for a node whose NVML is ``state``."""
-    os.environ["FAKEGPU_NVML_STATE"] = str(state)
+    # The plugin's environment for that node: its NVML state and its sysfs view.
+    os.environ.pop("FAKEGPU_SYSFS", None)
+    os.environ.update(nvml_env.env(state))
     inventory = discovery.discover(drivers.is_nvidia(driver))
     built = slices.build_slices(driver, "n", inventory, "v1", 1)
     return [d for s in built for d in s["spec"].get("devices") or []]

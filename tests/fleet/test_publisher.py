@@ -29,6 +29,7 @@ def _run(tmp_path: Path, steps: list[list[Any]], driver: str = "gpu.fakegpu.dev"
     states = {n: str(state.render(topo, n, tmp_path / f"{n}.state")) for n in PICK}
     environ = {**os.environ, "LD_LIBRARY_PATH": str(env.libdir()), "PYTHONPATH": str(ROOT)}
     environ.pop("FAKEGPU_NVML_STATE", None)
+    environ.pop("FAKEGPU_SYSFS", None)
     req = {"topology": str(SMALL), "states": states, "steps": steps, "driver": driver}
     proc = subprocess.run([sys.executable, "-m", "tests.fleet.probe"], input=json.dumps(req),
                           env=environ, cwd=ROOT, capture_output=True, text=True, timeout=120,

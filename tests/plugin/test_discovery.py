@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fakegpu.plugin.discovery import normalize_bus_id, pcie_root
+from fakegpu.plugin.discovery import normalize_bus_id, numa_node, pcie_root
 from fakegpu.plugin.slices import semver
 from fakegpu.topology.packaged import FIXTURES
 
@@ -26,14 +26,44 @@ def test_pcie_root_from_sysfs_only_for_an_nvidia_device(tmp_path: Path) -> None:
     GPU (never the invented ``pci0000:3b`` for 0000:3b:00.0), nor a host device that merely
     sits at the fake GPU's address."""
     devices = tmp_path / "devices" / "pci0000:17" / "0000:17:00.0"
-    (tmp_path / "bus").mkdir()
+    links = tmp_path / "bus" / "pci" / "devices"
+    links.mkdir(parents=True)
     for bus, vendor in (("0000:18:00.0", "0x10de\n"), ("0000:19:00.0", "0x8086\n")):
         (devices / bus).mkdir(parents=True)
         (devices / bus / "vendor").write_text(vendor)
-        (tmp_path / "bus" / bus).symlink_to(devices / bus)
-    assert pcie_root("0000:18:00.0", str(tmp_path / "bus")) == "pci0000:17"
-    assert pcie_root("0000:19:00.0", str(tmp_path / "bus")) == ""  # not an NVIDIA device
-    assert pcie_root("0000:3b:00.0", str(tmp_path / "bus")) == ""  # no such device
+        (devices / bus / "numa_node").write_text("1\n")
+        (links / bus).symlink_to(devices / bus)
+    assert pcie_root("0000:18:00.0", str(tmp_path)) == "pci0000:17"
+    assert numa_node("0000:18:00.0", str(tmp_path)) == 1
+    assert pcie_root("0000:19:00.0", str(tmp_path)) == ""  # not an NVIDIA device
+    assert numa_node("0000:19:00.0", str(tmp_path)) is None
+    assert pcie_root("0000:3b:00.0", str(tmp_path)) == ""  # no such device
+    assert numa_node("0000:3b:00.0", str(tmp_path)) is None
+
+
+def test_a_link_outside_devices_pci_or_to_another_address_is_no_root(tmp_path: Path) -> None:
+    """deviceattribute's rules: the link must lead to devices/pci<root>/.../<its bus id>."""
+    links = tmp_path / "bus" / "pci" / "devices"
+    links.mkdir(parents=True)
+    for where, bus in ((tmp_path / "elsewhere" / "0000:18:00.0", "0000:18:00.0"),
+                       (tmp_path / "devices" / "pci0000:17" / "0000:1a:00.0", "0000:1b:00.0")):
+        where.mkdir(parents=True)
+        (where / "vendor").write_text("0x10de\n")
+        (links / bus).symlink_to(where)
+    assert pcie_root("0000:18:00.0", str(tmp_path)) == ""
+    assert pcie_root("0000:1b:00.0", str(tmp_path)) == ""
+
+
+def test_numa_minus_one_is_left_out(tmp_path: Path) -> None:
+    where = tmp_path / "devices" / "pci0000:17" / "0000:18:00.0"
+    where.mkdir(parents=True)
+    (where / "vendor").write_text("0x10de\n")
+    (where / "numa_node").write_text("-1\n")
+    (tmp_path / "bus" / "pci" / "devices").mkdir(parents=True)
+    (tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0").symlink_to(
+        "../../../devices/pci0000:17/0000:18:00.0")
+    assert pcie_root("0000:18:00.0", str(tmp_path)) == "pci0000:17"  # a relative link too
+    assert numa_node("0000:18:00.0", str(tmp_path)) is None
 
 
 def test_semver_strips_leading_zeros() -> None:
@@ -221,3 +251,30 @@ def test_carry_lost_keeps_last_known_devices_marked() -> None:
     assert [(d.name, d.lost) for d in merged.devices] == [
         ("gpu-0", False), ("gpu-1", True), ("gpu-2", False)]
     assert carry_lost(None, after) == after  # an instance started after the loss
+
+
+@pytest.mark.parametrize("nvidia", [False, True])
+def test_gpus_publish_the_root_and_numa_node_their_fake_host_shows(tmp_path: Path,
+                                                                   nvidia: bool) -> None:
+    """Through the fake library and the node's sysfs view, in both driver modes: each GPU
+    (and each MIG device, its GPU's) gets the topology's root complex and NUMA node."""
+    from fakegpu.topology.load import load_topology
+
+    node = load_topology(FIXTURES / "mixed.yaml").node("a100-0")
+    assert node.pcie is not None
+    _path, environ = _fake_node(tmp_path, "mixed.yaml", "a100-0")
+    devices = _discover(environ, nvidia)["devices"]
+    assert {d["minor"] for d in devices} == {0, 2, 3}  # GPU 1: MIG on, no instances
+    for d in devices:
+        root = node.pcie.gpu_root(d["minor"])
+        assert root is not None
+        assert (d["pcie_root"], d["numa_node"]) == (root.name, root.numa_node), d["name"]
+    whole = {d["minor"]: d["pcie_root"] for d in devices if d["type"] == "gpu"}
+    assert whole[2] == whole[3] == "pci0000:40"
+
+
+def test_without_the_view_nothing_is_invented(tmp_path: Path) -> None:
+    _path, environ = _fake_node(tmp_path, "mixed.yaml", "a100-0")
+    environ.pop("FAKEGPU_SYSFS")
+    devices = _discover(environ)["devices"]
+    assert {(d["pcie_root"], d["numa_node"]) for d in devices} == {("", None)}

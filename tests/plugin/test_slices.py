@@ -157,12 +157,16 @@ def test_mig_device_entry_has_nvidia_attributes_and_capacities() -> None:
 def test_unknown_pcie_root_and_addressing_mode_are_left_out() -> None:
     """NVIDIA publishes neither when it cannot tell (no sysfs node; NVML NOT_SUPPORTED): an
     invented root (the GPU's own bus, pci0000:18) would claim a topology that is not there."""
-    bare = dataclasses.replace(gpu(0), pcie_root="", addressing_mode="")
-    known = dataclasses.replace(gpu(1), pcie_root="pci0000:17", addressing_mode="ATS")
+    bare = dataclasses.replace(gpu(0), pcie_root="", addressing_mode="", numa_node=None)
+    known = dataclasses.replace(gpu(1), pcie_root="pci0000:17", addressing_mode="ATS",
+                                numa_node=0)
     [obj] = slices.build_slices(DRIVER, NODE, Inventory("580.1", "13.0", (bare, known)), "v1", 1)
     first, second = (d["attributes"] for d in obj["spec"]["devices"])
     assert "resource.kubernetes.io/pcieRoot" not in first and "addressingMode" not in first
+    assert "resource.kubernetes.io/numaNode" not in first
     assert second["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:17"}
+    # NUMA node 0 is a value, not "unknown": the standard's scalar int form.
+    assert second["resource.kubernetes.io/numaNode"] == {"int": 0}
     assert second["addressingMode"] == {"string": "ATS"}
 
 

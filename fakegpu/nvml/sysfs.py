@@ -1,0 +1,115 @@
+"""The node's sysfs view of its PCIe tree, beside its NVML state file: where a DRA driver reads
+which root complex and NUMA node a device sits on.
+
+Real drivers do not ask NVML where a GPU sits: NVIDIA's plugin (through
+k8s.io/dynamic-resource-allocation's deviceattribute package) reads the link
+``/sys/bus/pci/devices/<bus id>``, which points into ``/sys/devices/pci<domain>:<bus>/...``,
+and takes that first component as ``resource.kubernetes.io/pcieRoot``; the NUMA node is the
+device directory's ``numa_node`` file. A fake GPU has no sysfs node, so the node's fake host
+gets one: ``<state>.sysfs/`` laid out like ``/sys`` for the topology's tree (root complex,
+root port, switch upstream and downstream ports, the endpoint), with ``vendor``, ``device``,
+``class`` and ``numa_node`` in each GPU's and NIC's directory and the ``bus/pci/devices``
+links. Bridge names below the root are illustrative; the root's and endpoints' are the
+topology's. A node without a known tree gets no view, and its GPUs publish no root.
+
+Processes find it through ``FAKEGPU_SYSFS`` (set beside the NVML state variable), as they find
+the fake library through the loader path; unset, they read the real ``/sys``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from fakegpu.topology.model import Node, PciAddress, PcieRoot
+
+SYSFS_ENV = "FAKEGPU_SYSFS"
+NVIDIA_VENDOR = "0x10de"
+MELLANOX_VENDOR = "0x15b3"
+GPU_CLASS = "0x030200"  # 3D controller, as data-centre GPUs report it
+NIC_CLASS = {"ib": "0x020700", "en": "0x020000"}  # InfiniBand / Ethernet controller
+# PCI device ids of the NIC models the catalog names (the pci.ids database).
+NIC_DEVICE = {"ConnectX-6": "0x101b", "ConnectX-7": "0x1021", "BlueField-3": "0xa2dc"}
+
+
+def path_for(state: str | Path) -> Path:
+    """Where the view of the node whose NVML state is ``state`` lives."""
+    state = Path(state)
+    return state.with_name(state.name + ".sysfs")
+
+
+def bus_id(address: PciAddress) -> str:
+    """sysfs spells bus ids in lowercase with a 4-digit domain: ``0000:18:00.0``."""
+    return address.bus_id_legacy.lower()
+
+
+def render(node: Node, target: str | Path) -> Path | None:
+    """Write the view of ``node`` to ``target`` (replacing any old one); None, and no view,
+    when the node's tree is unknown."""
+    target = Path(target)
+    if node.pcie is None:
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tree = node.pcie
+    links = tmp / "bus" / "pci" / "devices"
+    links.mkdir(parents=True)
+    children: dict[int, int] = {}  # root index -> root ports handed out
+
+    def port(root_index: int) -> Path:
+        root = tree.roots[root_index]
+        children[root_index] = children.get(root_index, 0) + 1
+        return (tmp / "devices" / root.name /
+                f"{root.domain:04x}:{root.bus:02x}:{children[root_index]:02x}.0")
+
+    def endpoint(parent: Path, address: PciAddress, files: dict[str, str]) -> Path:
+        where = parent / bus_id(address)
+        where.mkdir(parents=True)
+        for name, value in files.items():
+            (where / name).write_text(value + "\n", encoding="ascii")
+        (links / bus_id(address)).symlink_to(os.path.relpath(where, links))
+        return where
+
+    def gpu_files(index: int, root: PcieRoot) -> dict[str, str]:
+        gpu = node.gpus[index]
+        return {"vendor": NVIDIA_VENDOR, "device": f"0x{gpu.product.pci_device_id:04x}",
+                "class": GPU_CLASS, "numa_node": str(root.numa_node)}
+
+    def nic(parent: Path, index: int, root: PcieRoot) -> None:
+        card = tree.nics[index]
+        kind = "ib" if card.name.startswith("ib") else "en"
+        files = {"vendor": MELLANOX_VENDOR, "device": NIC_DEVICE.get(card.model, "0x0000"),
+                 "class": NIC_CLASS[kind], "numa_node": str(root.numa_node)}
+        (endpoint(parent, card.pci, files) / "net" / card.name).mkdir(parents=True)
+
+    for switch in tree.switches:
+        root = tree.roots[switch.root]
+        buses = [node.gpus[g].pci.bus for g in switch.gpus] + \
+            [tree.nics[n].pci.bus for n in switch.nics]
+        # Upstream port, then the downstream ports' bus, just below the lowest endpoint's.
+        upstream_bus = max(root.bus + 1, min(buses, default=root.bus + 3) - 2)
+        upstream = port(switch.root) / f"{root.domain:04x}:{upstream_bus:02x}:00.0"
+        slot = 0
+        for g in switch.gpus:
+            downstream = upstream / f"{root.domain:04x}:{upstream_bus + 1:02x}:{slot:02x}.0"
+            endpoint(downstream, node.gpus[g].pci, gpu_files(g, root))
+            slot += 1
+        for n in switch.nics:
+            nic(upstream / f"{root.domain:04x}:{upstream_bus + 1:02x}:{slot:02x}.0", n, root)
+            slot += 1
+        if not switch.gpus and not switch.nics:
+            upstream.mkdir(parents=True)
+    for root_index, gpus, nics in tree.direct:
+        root = tree.roots[root_index]
+        for g in gpus:
+            endpoint(port(root_index), node.gpus[g].pci, gpu_files(g, root))
+        for n in nics:
+            nic(port(root_index), n, root)
+    old = target.with_name(f".{target.name}.{os.getpid()}.old")
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target

@@ -1,0 +1,247 @@
+"""The ``pcie`` section of a node (and of a catalog baseboard): root complexes, PCIe switches,
+which GPUs and NICs sit under which, and the NICs themselves.
+
+```yaml
+pcie:
+  roots:
+    - name: pci0000:12          # the host bridge, as /sys/devices names it
+      numa: 0                   # the numa_node of every device below it
+      switches:
+        - {gpus: [0], nics: [ibp21s0]}
+      nics: [enp69s0f0]         # on a root port, no switch (gpus: too)
+  nics:
+    - {name: ibp21s0, model: ConnectX-7, gbps: 400, pci: "0000:15:00.0", rdma: mlx5_0}
+```
+
+Every GPU of the node and every NIC listed must sit in exactly one place, under a root of its
+own PCI domain and above its bus. A GPU's NUMA node is its root's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .fields import Report, join, type_name
+from .model import Nic, NicRole, PciAddress, PcieRoot, PcieSwitch, PcieTree
+
+MAX_NUMA = 63
+MAX_NICS = 64
+MAX_GBPS = 16000.0  # as network.MAX_GBPS_PER_GPU: 1.6 Tb/s ports exist, ten times that is a typo
+_ROOT = re.compile(r"pci([0-9a-fA-F]{4}):([0-9a-fA-F]{2})")
+_PCI = re.compile(r"([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])")
+_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # IFNAMSIZ - 1
+_ROOT_KEYS = ("name", "numa", "switches", "gpus", "nics")
+_NIC_KEYS = ("name", "model", "gbps", "pci", "role", "rdma")
+
+
+def parse_address(text: str) -> PciAddress | None:
+    """``DDDD:BB:DD.F`` (4- or 8-digit domain) -> PciAddress; None if malformed."""
+    match = _PCI.fullmatch(text)
+    if match is None:
+        return None
+    return PciAddress(*(int(g, 16) for g in match.groups()))
+
+
+def parse(report: Report, raw: Any, path: str, gpu_pci: list[PciAddress],
+          taken: dict[str, str]) -> PcieTree | None:
+    """Validate one ``pcie`` mapping for a node of ``gpu_pci`` GPUs; ``taken`` maps bus ids
+    already used on the node (NVSwitches) to what uses them."""
+    data = report.mapping(raw, path, ("roots", "nics"))
+    if data is None:
+        return None
+    before = len(report.problems)
+    nics = _nics(report, data.get("nics"), join(path, "nics"),
+                 {**taken, **{a.bus_id: f"GPU {i}" for i, a in enumerate(gpu_pci)}})
+    roots_raw = data.get("roots")
+    if not isinstance(roots_raw, list) or not roots_raw:
+        report.add(join(path, "roots"), f"is {type_name(roots_raw)}, expected a non-empty list "
+                                        "of root complexes")
+        return None
+    placed = _Placed(gpu_pci, nics or [])
+    roots: list[PcieRoot] = []
+    for r, item in enumerate(roots_raw):
+        where = join(join(path, "roots"), r)
+        root = _root(report, item, where, roots)
+        if root is None:
+            continue
+        roots.append(root)
+        entry = item  # a mapping: _root checked it
+        for s, sw in enumerate(_list(report, entry.get("switches"), join(where, "switches"))):
+            sw_path = join(join(where, "switches"), s)
+            sw_data = report.mapping(sw, sw_path, ("gpus", "nics"))
+            if sw_data is None:
+                continue
+            gpus = placed.gpus(report, sw_data.get("gpus"), join(sw_path, "gpus"), root)
+            nic_ids = placed.nics(report, sw_data.get("nics"), join(sw_path, "nics"), root)
+            placed.switches.append(PcieSwitch(len(roots) - 1, gpus, nic_ids))
+        gpus = placed.gpus(report, entry.get("gpus"), join(where, "gpus"), root)
+        nic_ids = placed.nics(report, entry.get("nics"), join(where, "nics"), root)
+        if gpus or nic_ids:
+            placed.direct.append((len(roots) - 1, gpus, nic_ids))
+    if len(report.problems) > before or nics is None:
+        return None
+    for i in range(len(gpu_pci)):
+        if i not in placed.gpu_at:
+            report.add(join(path, "roots"), f"GPU {i} is under no root or switch, expected "
+                                            "every GPU of the node placed")
+            return None
+    for nic in nics:
+        if nic.name not in placed.nic_at:
+            report.add(join(path, "roots"), f"NIC '{nic.name}' is under no root or switch, "
+                                            "expected every NIC placed")
+            return None
+    return PcieTree(tuple(roots), tuple(placed.switches), tuple(nics), tuple(placed.direct))
+
+
+def restrict(tree: PcieTree, gpus: int) -> PcieTree:
+    """The tree of a node with only the first ``gpus`` positions of a baseboard populated."""
+    return PcieTree(
+        tree.roots,
+        tuple(PcieSwitch(s.root, tuple(g for g in s.gpus if g < gpus), s.nics)
+              for s in tree.switches),
+        tree.nics,
+        tuple((r, tuple(g for g in gs if g < gpus), ns) for r, gs, ns in tree.direct))
+
+
+class _Placed:
+    """Where each GPU and NIC went so far: each goes in exactly one place."""
+
+    def __init__(self, gpu_pci: list[PciAddress], nics: list[Nic]) -> None:
+        self.gpu_pci = gpu_pci
+        self.nic_list = nics
+        self.gpu_at: dict[int, str] = {}
+        self.nic_at: dict[str, str] = {}
+        self.switches: list[PcieSwitch] = []
+        self.direct: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+
+    def gpus(self, report: Report, raw: Any, path: str, root: PcieRoot) -> tuple[int, ...]:
+        out = []
+        count = len(self.gpu_pci)
+        for i, gpu in enumerate(_list(report, raw, path)):
+            where = join(path, i)
+            if not isinstance(gpu, int) or isinstance(gpu, bool) or not 0 <= gpu < count:
+                report.add(where, f"is {gpu!r}: no such GPU, expected a GPU index 0..{count - 1}")
+                continue
+            if gpu in self.gpu_at:
+                report.add(where, f"GPU {gpu} is also under {self.gpu_at[gpu]}, expected one "
+                                  "place per GPU")
+                continue
+            why = _outside(self.gpu_pci[gpu], root)
+            if why:
+                report.add(where, f"GPU {gpu} ({self.gpu_pci[gpu].bus_id_legacy}) {why}")
+                continue
+            self.gpu_at[gpu] = path
+            out.append(gpu)
+        return tuple(out)
+
+    def nics(self, report: Report, raw: Any, path: str, root: PcieRoot) -> tuple[int, ...]:
+        out = []
+        names = [n.name for n in self.nic_list]
+        for i, name in enumerate(_list(report, raw, path)):
+            where = join(path, i)
+            if name not in names:
+                known = ", ".join(names) if names else "none are listed under pcie.nics"
+                report.add(where, f"unknown NIC {name!r}, expected one of {known}")
+                continue
+            if name in self.nic_at:
+                report.add(where, f"NIC '{name}' is also under {self.nic_at[name]}, expected "
+                                  "one place per NIC")
+                continue
+            index = names.index(name)
+            why = _outside(self.nic_list[index].pci, root)
+            if why:
+                report.add(where, f"NIC '{name}' ({self.nic_list[index].pci.bus_id_legacy}) "
+                                  f"{why}")
+                continue
+            self.nic_at[name] = path
+            out.append(index)
+        return tuple(out)
+
+
+def _outside(address: PciAddress, root: PcieRoot) -> str:
+    """Why ``address`` cannot sit below ``root`` ("" if it can): sysfs puts a device under
+    the host bridge of its own domain, on a bus the bridge's numbering reaches."""
+    if address.domain != root.domain:
+        return f"is in PCI domain {address.domain:04x}, not in {root.name}'s"
+    if address.bus <= root.bus:
+        return f"is on bus {address.bus:02x}, expected a bus above {root.name}'s"
+    return ""
+
+
+def _list(report: Report, raw: Any, path: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        report.add(path, f"is {type_name(raw)}, expected a list")
+        return []
+    return raw
+
+
+def _root(report: Report, raw: Any, path: str, seen: list[PcieRoot]) -> PcieRoot | None:
+    data = report.mapping(raw, path, _ROOT_KEYS)
+    if data is None:
+        return None
+    name = report.get(data, "name", path, str)
+    numa = report.int_in(data, "numa", path, 0, MAX_NUMA, default=0)
+    if name is None or numa is None:
+        return None
+    if _ROOT.fullmatch(name) is None:
+        report.add(join(path, "name"), f"is '{name}', expected a root complex like 'pci0000:00'")
+        return None
+    name = name.lower()  # sysfs spells hex in lowercase
+    if any(r.name == name for r in seen):
+        report.add(join(path, "name"), f"root '{name}' is listed twice")
+        return None
+    return PcieRoot(name, numa)
+
+
+def _nics(report: Report, raw: Any, path: str, taken: dict[str, str]) -> list[Nic] | None:
+    items = _list(report, raw, path)
+    if len(items) > MAX_NICS:
+        report.add(path, f"lists {len(items)} NICs, expected at most {MAX_NICS}")
+        return None
+    out: list[Nic] = []
+    used = dict(taken)
+    for i, item in enumerate(items):
+        where = join(path, i)
+        data = report.mapping(item, where, _NIC_KEYS)
+        if data is None:
+            return None
+        name = report.get(data, "name", where, str)
+        model = report.get(data, "model", where, str)
+        gbps = report.get(data, "gbps", where, float)
+        text = report.get(data, "pci", where, str)
+        role = report.get(data, "role", where, str, default=NicRole.COMPUTE.value)
+        rdma = report.get(data, "rdma", where, str, default="")
+        if None in (name, model, gbps, text, role, rdma):
+            return None
+        assert name is not None and model is not None and gbps is not None  # narrowed above
+        assert text is not None and role is not None and rdma is not None
+        if _IFNAME.fullmatch(name) is None:
+            report.add(join(where, "name"), f"is {name!r}, expected an interface name of 1..15 "
+                                            "letters, digits, '_', '.' or '-'")
+            return None
+        if any(n.name == name for n in out):
+            report.add(join(where, "name"), f"NIC '{name}' is listed twice")
+            return None
+        if not 0 < gbps <= MAX_GBPS:
+            report.add(join(where, "gbps"), f"is {gbps:g}, expected a link speed in Gb/s above "
+                                            f"0 and at most {MAX_GBPS:g}")
+            return None
+        address = parse_address(text)
+        if address is None:
+            report.add(join(where, "pci"), f"is '{text}', expected a PCI bus id like "
+                                           "'0000:18:00.0'")
+            return None
+        if address.bus_id in used:
+            report.add(join(where, "pci"), f"{address.bus_id_legacy} is also {used[address.bus_id]}"
+                                           ", expected unique bus ids")
+            return None
+        if role not in {r.value for r in NicRole}:
+            report.add(join(where, "role"), f"is '{role}', expected one of "
+                                            f"{', '.join(r.value for r in NicRole)}")
+            return None
+        used[address.bus_id] = f"NIC '{name}'"
+        out.append(Nic(name, model, gbps, address, NicRole(role), rdma))
+    return out
