@@ -3,6 +3,7 @@ claims run where their claim was allocated, see its devices, and release them wh
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -19,8 +20,11 @@ from fakegpu.testkit.dra import (
 )
 from fakegpu.testkit.wait import NotYet, wait_for
 
-from . import kit
+from . import kit, kubelet
 from .target import Target
+
+# Seconds to keep looking for unprepare failures after the claims are released.
+UNPREPARE_SETTLE_S = 10.0
 
 
 def _run_with(core: kclient.CoreV1Api, rapi: ResourceApi, target: Target, ns: str,
@@ -106,6 +110,43 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
         claim = rapi.claim(ns, pod_claim_name(again_pod, "dev"))
         got = _check_prepared(core, rapi, target, ns, again_pod, claim)
         assert [(d["pool"], d["name"]) for d in got] == [(device["pool"], device["name"])]
+
+
+def test_unprepared_without_failures(target: Target, core: kclient.CoreV1Api,
+                                     rapi: ResourceApi, ns: str) -> None:
+    req = rapi.device_request("dev", target.device_class)
+    rapi.create("resourceclaimtemplates", rapi.claim_template("one", [req]), ns)
+    rapi.create("resourceclaims", rapi.claim_manifest("mine", [req]), ns)
+    generated = []
+    for pod_name, source in (("from-template", PodClaim("dev", template="one")),
+                             ("from-claim", PodClaim("dev", claim="mine"))):
+        _, claim = _run_with(core, rapi, target, ns, pod_name, source)
+        generated.append(claim["metadata"]["name"])
+    for pod_name in ("from-template", "from-claim"):
+        core.delete_namespaced_pod(pod_name, ns, grace_period_seconds=0)
+    for pod_name in ("from-template", "from-claim"):
+        k8s.wait_pod_gone(core, ns, pod_name)
+
+    def released() -> None:
+        status = rapi.claim(ns, "mine").get("status") or {}
+        if status.get("reservedFor") or status.get("allocation"):
+            raise NotYet(f"claim mine still reserved or allocated: {status}")
+        names = {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}
+        if generated[0] in names:
+            raise NotYet(f"generated claim {generated[0]} still exists")
+
+    wait_for(released, what="the deleted pods' claims to be released", timeout=120)
+    # The kubelet retries a failed unprepare and records an event each time; a short watch
+    # after the release catches one that lags the pod's removal.
+    deadline = time.monotonic() + UNPREPARE_SETTLE_S
+    while True:
+        listed: Any = core.list_namespaced_event(ns).items
+        failed = kubelet.failed_unprepares(listed)
+        assert not failed, (f"deleting the pods left {kubelet.FAILED_UNPREPARE} events: "
+                            + "; ".join(failed))
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(2)
 
 
 def test_claim_status_devices(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,
