@@ -44,9 +44,10 @@ def registered_sockets(metrics: str) -> list[str]:
 
 
 def driver_socket(driver: str, sockets: Iterable[str]) -> str | None:
-    """The socket of ``driver`` among ``sockets``: its file name is the driver's name, or
-    starts with it followed by ``-``, ``_`` or ``.`` (``gpu.example.com-reg.sock``)."""
-    name = re.compile(rf"{re.escape(driver)}(?:[-_.]|$)")
+    """The socket of ``driver`` among ``sockets``: its file name starts with the driver's name
+    followed by ``-`` or ``_`` (``gpu.example.com-reg.sock``). Not ``.``: driver names are DNS
+    names, so ``gpu.example`` must not claim ``gpu.example.com``'s socket."""
+    name = re.compile(rf"{re.escape(driver)}[-_]")
     return next((s for s in sockets if name.match(PurePosixPath(s).name)), None)
 
 
