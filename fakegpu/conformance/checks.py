@@ -41,7 +41,8 @@ CHECKS: tuple[Check, ...] = (
           "claim deleted, standalone claim deallocated) and the devices serve a new pod",
           "prepare"),
     Check("unprepared_without_failures", "deleting pods that used claims leaves no "
-          "FailedUnprepareDynamicResources event", "prepare"),
+          "FailedUnprepareDynamicResources event and no failed unprepare in the kubelets' "
+          "counters", "prepare"),
     Check("claim_status_devices", "the driver records status.devices for exactly the "
           "allocated devices", "deviceStatus", "DRAResourceClaimDeviceStatus"),
     Check("unsatisfiable_claim_stays_pending", "a claim for more devices than any node has "

@@ -8,8 +8,14 @@ socket is the one whose file name starts with the driver's name (``<driver>-reg.
 name the kubelet plugin libraries give it). The kubelet's /metrics is read through the API
 server's node proxy (``/api/v1/nodes/NODE/proxy/metrics``), so no node access is needed.
 
-Unprepare: the kubelet records a ``FailedUnprepareDynamicResources`` event on the pod each
-time the driver's NodeUnprepareResources fails.
+Unprepare: KEP-5970's draft names ``FailedUnprepareDynamicResources`` events, but no kubelet up
+to v1.38.0-beta.0 records that reason (it is in neither release's source: a failed unprepare is
+only logged, and the pod stays terminating until a retry succeeds). So a failed unprepare is
+also read where the kubelet does count it: ``dra_grpc_operations_duration_seconds_count`` of the
+driver's NodeUnprepareResources calls with a ``grpc_status_code`` other than OK, and
+``dra_operations_duration_seconds_count{operation_name="UnprepareResources",is_error="true"}``
+(any driver: it also counts a per-claim error inside an OK reply). A counter that grows while
+the check's pods are deleted is a failed unprepare, even one a retry then fixed.
 """
 
 from __future__ import annotations
@@ -25,7 +31,12 @@ PLUGINS_METRIC = "plugin_manager_total_plugins"
 REGISTERED_STATE = "actual_state_of_world"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
 
+GRPC_COUNT = "dra_grpc_operations_duration_seconds_count"
+OPERATIONS_COUNT = "dra_operations_duration_seconds_count"
+_UNPREPARE_METHOD = "/NodeUnprepareResources"
+
 _SAMPLE = re.compile(rf"^{PLUGINS_METRIC}\{{([^}}]*)\}}\s+(\S+)", re.M)
+_ANY_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}\s+(\S+)", re.M)
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -82,3 +93,33 @@ def failed_unprepares(events: Iterable[Any]) -> list[str]:
         lines.append(f"{obj.kind} {obj.name} on node {host}: {ev.message} "
                      f"(x{ev.count or 1})")
     return lines
+
+
+def unprepare_errors(driver: str, metrics: str) -> dict[str, float]:
+    """The kubelet's counters of failed unprepares (see the module's docstring), by a name
+    that says which; a counter never seen is absent (zero)."""
+    counts: dict[str, float] = {}
+    for sample in _ANY_SAMPLE.finditer(metrics):
+        name, labels = sample.group(1), dict(_LABEL.findall(sample.group(2)))
+        try:
+            value = float(sample.group(3))
+        except ValueError:
+            continue
+        if (name == GRPC_COUNT and labels.get("driver_name") == driver
+                and labels.get("method_name", "").endswith(_UNPREPARE_METHOD)
+                and labels.get("grpc_status_code") != "OK"):
+            code = labels.get("grpc_status_code")
+            key = f"NodeUnprepareResources calls to {driver} ending {code}"
+        elif (name == OPERATIONS_COUNT and labels.get("operation_name") == "UnprepareResources"
+              and labels.get("is_error") == "true"):
+            key = "UnprepareResources operations ending in error (any driver)"
+        else:
+            continue
+        counts[key] = counts.get(key, 0.0) + value
+    return counts
+
+
+def grown(node: str, before: dict[str, float], after: dict[str, float]) -> list[str]:
+    """One line per counter of ``unprepare_errors`` that grew on ``node``."""
+    return [f"node {node}: {key}: {before.get(key, 0.0):g} -> {value:g}"
+            for key, value in sorted(after.items()) if value > before.get(key, 0.0)]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu.kube import api as kubeapi
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
@@ -112,16 +113,31 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
         assert [(d["pool"], d["name"]) for d in got] == [(device["pool"], device["name"])]
 
 
+def _unprepare_errors(kube: Any, driver: str, nodes: list[str]) -> dict[str, dict[str, float]]:
+    found = {}
+    for node in nodes:
+        try:
+            found[node] = kubelet.unprepare_errors(driver, kubelet.read_metrics(kube, node))
+        except kubeapi.ERRORS as err:
+            first = (str(err).splitlines() or [type(err).__name__])[0]
+            raise AssertionError(f"node {node}: its kubelet's /metrics cannot be read through "
+                                 f"the API server's node proxy (needs get on nodes/proxy): "
+                                 f"{first}") from None
+    return found
+
+
 def test_unprepared_without_failures(target: Target, core: kclient.CoreV1Api,
-                                     rapi: ResourceApi, ns: str) -> None:
+                                     rapi: ResourceApi, kube: Any, ns: str) -> None:
+    nodes = sorted(node_devices(rapi, target.driver))
+    before = _unprepare_errors(kube, target.driver, nodes)
     req = rapi.device_request("dev", target.device_class)
     rapi.create("resourceclaimtemplates", rapi.claim_template("one", [req]), ns)
     rapi.create("resourceclaims", rapi.claim_manifest("mine", [req]), ns)
-    generated = []
+    generated = ""
     for pod_name, source in (("from-template", PodClaim("dev", template="one")),
                              ("from-claim", PodClaim("dev", claim="mine"))):
         _, claim = _run_with(core, rapi, target, ns, pod_name, source)
-        generated.append(claim["metadata"]["name"])
+        generated = generated or claim["metadata"]["name"]
     for pod_name in ("from-template", "from-claim"):
         core.delete_namespaced_pod(pod_name, ns, grace_period_seconds=0)
     for pod_name in ("from-template", "from-claim"):
@@ -131,13 +147,11 @@ def test_unprepared_without_failures(target: Target, core: kclient.CoreV1Api,
         status = rapi.claim(ns, "mine").get("status") or {}
         if status.get("reservedFor") or status.get("allocation"):
             raise NotYet(f"claim mine still reserved or allocated: {status}")
-        names = {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}
-        if generated[0] in names:
-            raise NotYet(f"generated claim {generated[0]} still exists")
+        if generated in {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}:
+            raise NotYet(f"generated claim {generated} still exists")
 
     wait_for(released, what="the deleted pods' claims to be released", timeout=120)
-    # The kubelet retries a failed unprepare and records an event each time; a short watch
-    # after the release catches one that lags the pod's removal.
+    # A short watch after the release catches an event that lags the pod's removal.
     deadline = time.monotonic() + UNPREPARE_SETTLE_S
     while True:
         listed: Any = core.list_namespaced_event(ns).items
@@ -147,6 +161,10 @@ def test_unprepared_without_failures(target: Target, core: kclient.CoreV1Api,
         if time.monotonic() >= deadline:
             break
         time.sleep(2)
+    after = _unprepare_errors(kube, target.driver, nodes)
+    more = [line for node in nodes for line in kubelet.grown(node, before[node], after[node])]
+    assert not more, "the kubelets counted failed unprepares while the pods went: " + "; ".join(
+        more)
 
 
 def test_claim_status_devices(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,

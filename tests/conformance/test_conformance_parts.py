@@ -260,3 +260,47 @@ def test_failed_unprepare_events_are_reported_and_others_ignored() -> None:
         "Pod from-claim on node n1: Failed to unprepare dynamic resources: "
         "NodeUnprepareResources: boom (x3)"]
     assert kubelet.failed_unprepares(events[:1] + events[2:]) == []
+
+
+_METHOD = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
+
+
+def _dra_counts(ok: int, unavailable: int, op_errors: int) -> str:
+    """A kubelet's DRA histogram counts, in the 1.37 kubelet's metric and label names."""
+    g = "dra_grpc_operations_duration_seconds_count"
+    o = "dra_operations_duration_seconds_count"
+    lines = [
+        f'{g}{{driver_name="gpu.fakegpu.dev",grpc_status_code="OK",method_name="{_METHOD}"}} {ok}',
+        f'{g}{{driver_name="other.example.com",grpc_status_code="Unavailable",'
+        f'method_name="{_METHOD}"}} 7',
+        f'{o}{{is_error="false",operation_name="UnprepareResources"}} {ok}',
+        f'{o}{{is_error="true",operation_name="PrepareResources"}} 5',
+    ]
+    if unavailable:
+        lines.append(f'{g}{{driver_name="gpu.fakegpu.dev",grpc_status_code="Unavailable",'
+                     f'method_name="{_METHOD}"}} {unavailable}')
+    if op_errors:
+        lines.append(f'{o}{{is_error="true",operation_name="UnprepareResources"}} {op_errors}')
+    return "\n".join(lines) + "\n"
+
+
+def test_successful_unprepares_count_nothing() -> None:
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 0, 0))
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 0, 0))
+    assert before == after == {}
+    assert kubelet.grown("n1", before, after) == []
+
+
+def test_a_failed_unprepare_call_of_the_driver_is_caught_even_if_a_retry_succeeded() -> None:
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 0, 0))
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 1, 1))
+    assert kubelet.grown("n1", before, after) == [
+        "node n1: NodeUnprepareResources calls to gpu.fakegpu.dev ending Unavailable: 0 -> 1",
+        "node n1: UnprepareResources operations ending in error (any driver): 0 -> 1"]
+
+
+def test_old_failures_and_other_drivers_failures_are_not_this_runs() -> None:
+    # Counters that did not grow during the check are earlier history, not this check's pods.
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 3, 3))
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 3, 3))
+    assert kubelet.grown("n1", before, after) == []
