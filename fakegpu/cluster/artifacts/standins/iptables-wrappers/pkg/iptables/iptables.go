@@ -46,6 +46,7 @@ type Interface interface {
 	EnsureChain(ctx context.Context, table Table, chain Chain) (bool, error)
 	EnsureRule(ctx context.Context, position RulePosition, table Table, chain Chain, args ...string) (bool, error)
 	Protocol() Protocol
+	IsIPv6() bool
 	Monitor(ctx context.Context, canary Chain, tables []Table, reloadFunc func(), interval time.Duration)
 }
 
