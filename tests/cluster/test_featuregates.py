@@ -57,7 +57,10 @@ def test_138_drops_dynamic_resource_allocation_and_keeps_the_rest() -> None:
     # and accepts every other gate of 1.37.
     assert "DynamicResourceAllocation" in fg.dra_gates(37)
     assert set(fg.dra_gates(38)) == set(fg.dra_gates(37)) - {"DynamicResourceAllocation"}
-    assert fg.runtime_config(38) == fg.runtime_config(37)
+    # The 1.38 apiserver no longer serves resource.k8s.io/v1beta1 (removed in 1.38).
+    assert "resource.k8s.io/v1beta1" in fg.runtime_config(37)
+    assert fg.runtime_config(38) == {"resource.k8s.io/v1alpha3": True,
+                                     "resource.k8s.io/v1beta2": True}
 
 
 def test_runtime_config_per_release() -> None:
