@@ -196,8 +196,9 @@ def test_the_command_refuses_a_bad_k_expression_and_a_report_file(
 
 # --- kubelet registration and unprepare events: the checks' decisions -------------------------
 
-# The plugin manager's lines of a kubelet's /metrics (format of the 1.37 kubelet: a gauge per
-# socket and state); the CSI-like second socket is another plugin on the same node.
+# The plugin manager's lines of a kubelet's /metrics, as the live 1.37.2 and 1.38.0-beta.0 kubelets
+# of embedded clusters printed them (2026-12-04; a gauge per socket and state, the path shortened);
+# the second socket is another plugin on the same node.
 _REG = "/var/lib/kubelet/plugins_registry"
 _KUBELET_METRICS = f"""\
 # HELP plugin_manager_total_plugins [ALPHA] Number of plugins in Plugin Manager
@@ -266,7 +267,8 @@ _METHOD = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
 
 
 def _dra_counts(ok: int, unavailable: int, op_errors: int) -> str:
-    """A kubelet's DRA histogram counts, in the 1.37 kubelet's metric and label names."""
+    """A kubelet's DRA histogram counts, with the metric and label names the live 1.37.2 and
+    1.38.0-beta.0 kubelets printed (2026-12-04)."""
     g = "dra_grpc_operations_duration_seconds_count"
     o = "dra_operations_duration_seconds_count"
     lines = [
