@@ -32,7 +32,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from fakegpu import hostpkgs, paths
 from fakegpu.cluster.artifacts import bincache, download
 from fakegpu.cluster.artifacts.bincache import Component, Probe
-from fakegpu.cluster.artifacts.gobuild import Go, GoProgram, WrapperBuild
+from fakegpu.cluster.artifacts.gobuild import NEWER_TOOLCHAIN, Go, GoProgram, WrapperBuild
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 
 # Kubernetes minor -> the patch release fakegpu pins (the ones the Go proxy serves here).
@@ -420,8 +420,10 @@ def _from_build(recipe: Recipe, console: Console, step: str) -> None:
     go = Go.find()
     spec = recipe.build()
     workdir = paths.cache_dir() / "build" / f"{comp.key}-{comp.version}"
-    _say(console, f"{step} {comp.label}: building with {go.version()} from the Go module proxy "
-                  f"(log: {workdir / 'build.log'})")
+    # The toolchain is the host's unless the module's go.mod needs a newer one (gobuild.py);
+    # the log says which was used.
+    _say(console, f"{step} {comp.label}: building with {go.version()} (or {NEWER_TOOLCHAIN} if "
+                  f"its go.mod needs it) from the Go module proxy (log: {workdir / 'build.log'})")
     started = time.monotonic()
     # A live line on a terminal only; CI logs get the plain lines around it.
     with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
