@@ -63,7 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="cluster provider for e2e tests (default: embedded)")
     group.addoption("--fakegpu-k8s-version", dest="fakegpu_k8s_version", default=None,
                     metavar="VERSION",
-                    help="Kubernetes release, e.g. 1.34 or 1.37.2 (default: newest supported)")
+                    help="Kubernetes release, e.g. 1.34 or 1.37.2 (default: newest GA)")
     group.addoption("--fakegpu-topology", dest="fakegpu_topology", default=None,
                     metavar="NAME|FILE",
                     help="the e2e cluster's topology: a packaged name (fakegpu topology list) "

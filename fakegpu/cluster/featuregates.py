@@ -1,8 +1,9 @@
 """DRA feature gates and resource.k8s.io API versions per Kubernetes minor release.
 
 Pure data and functions: the same answer goes to the apiserver, scheduler, controller-manager
-and kubelet, so all four agree on what DRA can do. Facts: REFERENCE.md section 2; for 1.37, checked
-by starting the built v1.37.2 kube-apiserver with each gate and each API version.
+and kubelet, so all four agree on what DRA can do. Facts: REFERENCE.md section 2; for 1.37 and
+1.38, checked by starting the built v1.37.2 and v1.38.0-beta.0 kube-apiservers with each gate and
+each API version (tests/cluster/test_featuregates.py checks the gates on every cached build).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fakegpu.errors import InvalidInput
 
 # The Kubernetes minors this table knows. Older ones lack resource.k8s.io/v1beta1 entirely.
 MIN_MINOR = 32
-MAX_MINOR = 37
+MAX_MINOR = 38
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,12 @@ class _Gate:
 # Every DRA-related gate we turn on, with the minors in which the gate can be named. A gate that
 # went GA stays settable (to true, with a warning) for a few releases; naming it after its removal
 # is a startup error, so `last` bounds it once a release drops one. Checked for 1.37 on the built
-# v1.37.2 kube-apiserver: every gate below is still accepted (the GA ones with a warning).
+# v1.37.2 kube-apiserver: every gate below is still accepted (the GA ones with a warning). 1.38
+# (v1.38.0-beta.0) removed DynamicResourceAllocation (GA and locked since 1.35) and added no DRA
+# gate; the others are accepted, DRAConsumableCapacity, DRADeviceBindingConditions,
+# DRAPartitionableDevices and DRADeviceTaint(Rule)s now GA.
 _GATES: tuple[_Gate, ...] = (
-    _Gate("DynamicResourceAllocation", 32),
+    _Gate("DynamicResourceAllocation", 32, last=37),
     _Gate("DRAAdminAccess", 32),
     _Gate("DRAResourceClaimDeviceStatus", 32),
     _Gate("ResourceHealthStatus", 32),
@@ -50,12 +54,16 @@ _API_VERSIONS: dict[int, tuple[str, ...]] = {
     35: ("v1alpha3", "v1beta1", "v1beta2"),
     36: ("v1alpha3", "v1beta1", "v1beta2"),
     37: ("v1alpha3", "v1beta1", "v1beta2"),
+    # resource.k8s.io/v1beta1 is no longer served from 1.38 (its prerelease lifecycle says
+    # removed in 1.38; the built v1.38.0-beta.0 apiserver serves v1, v1beta2 and v1alpha3 and
+    # ignores v1beta1 in --runtime-config).
+    38: ("v1alpha3", "v1beta2"),
 }
 
 
 def parse_minor(version: str) -> int:
-    """``"1.37"``, ``"1.37.2"`` or ``"v1.37.2"`` -> 37; anything else is InvalidInput."""
-    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", version.strip())
+    """``"1.37.2"``, ``"v1.37.2"``, ``"1.38.0-beta.0"`` -> the minor, else InvalidInput."""
+    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+(?:-[0-9A-Za-z.]+)?)?", version.strip())
     if not m:
         raise InvalidInput(f"not a Kubernetes version: {version!r} (expected 1.N or 1.N.P)")
     return int(m.group(1))

@@ -22,6 +22,9 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check("slices_one_pool_per_node", "registration and slices: each node with the driver "
           "has one pool, all its slices on that node, resourceSliceCount consistent", "slices"),
+    Check("driver_registered_with_kubelet", "the kubelet of every node the driver publishes "
+          "devices for reports the driver's plugin registered (its /metrics through the node "
+          "proxy)", "slices"),
     Check("slices_owned_by_node", "each slice is owned by its Node (ownerReferences)",
           "nodeOwnedSlices"),
     Check("slices_written_only_by_own_node", "the driver's identity may write its own "
@@ -37,6 +40,9 @@ CHECKS: tuple[Check, ...] = (
     Check("deallocated_after_use", "deleting the pods releases their claims (generated "
           "claim deleted, standalone claim deallocated) and the devices serve a new pod",
           "prepare"),
+    Check("unprepared_without_failures", "deleting pods that used claims leaves no "
+          "FailedUnprepareDynamicResources event and no failed unprepare in the kubelets' "
+          "counters", "prepare"),
     Check("claim_status_devices", "the driver records status.devices for exactly the "
           "allocated devices", "deviceStatus", "DRAResourceClaimDeviceStatus"),
     Check("unsatisfiable_claim_stays_pending", "a claim for more devices than any node has "

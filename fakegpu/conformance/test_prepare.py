@@ -3,11 +3,13 @@ claims run where their claim was allocated, see its devices, and release them wh
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu.kube import api as kubeapi
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
@@ -19,8 +21,11 @@ from fakegpu.testkit.dra import (
 )
 from fakegpu.testkit.wait import NotYet, wait_for
 
-from . import kit
+from . import kit, kubelet
 from .target import Target
+
+# Seconds to keep looking for unprepare failures after the claims are released.
+UNPREPARE_SETTLE_S = 10.0
 
 
 def _run_with(core: kclient.CoreV1Api, rapi: ResourceApi, target: Target, ns: str,
@@ -106,6 +111,60 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
         claim = rapi.claim(ns, pod_claim_name(again_pod, "dev"))
         got = _check_prepared(core, rapi, target, ns, again_pod, claim)
         assert [(d["pool"], d["name"]) for d in got] == [(device["pool"], device["name"])]
+
+
+def _unprepare_errors(kube: Any, driver: str, nodes: list[str]) -> dict[str, dict[str, float]]:
+    found = {}
+    for node in nodes:
+        try:
+            found[node] = kubelet.unprepare_errors(driver, kubelet.read_metrics(kube, node))
+        except kubeapi.ERRORS as err:
+            first = (str(err).splitlines() or [type(err).__name__])[0]
+            raise AssertionError(f"node {node}: its kubelet's /metrics cannot be read through "
+                                 f"the API server's node proxy (needs get on nodes/proxy): "
+                                 f"{first}") from None
+    return found
+
+
+def test_unprepared_without_failures(target: Target, core: kclient.CoreV1Api,
+                                     rapi: ResourceApi, kube: Any, ns: str) -> None:
+    nodes = sorted(node_devices(rapi, target.driver))
+    before = _unprepare_errors(kube, target.driver, nodes)
+    req = rapi.device_request("dev", target.device_class)
+    rapi.create("resourceclaimtemplates", rapi.claim_template("one", [req]), ns)
+    rapi.create("resourceclaims", rapi.claim_manifest("mine", [req]), ns)
+    generated = ""
+    for pod_name, source in (("from-template", PodClaim("dev", template="one")),
+                             ("from-claim", PodClaim("dev", claim="mine"))):
+        _, claim = _run_with(core, rapi, target, ns, pod_name, source)
+        generated = generated or claim["metadata"]["name"]
+    for pod_name in ("from-template", "from-claim"):
+        core.delete_namespaced_pod(pod_name, ns, grace_period_seconds=0)
+    for pod_name in ("from-template", "from-claim"):
+        k8s.wait_pod_gone(core, ns, pod_name)
+
+    def released() -> None:
+        status = rapi.claim(ns, "mine").get("status") or {}
+        if status.get("reservedFor") or status.get("allocation"):
+            raise NotYet(f"claim mine still reserved or allocated: {status}")
+        if generated in {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}:
+            raise NotYet(f"generated claim {generated} still exists")
+
+    wait_for(released, what="the deleted pods' claims to be released", timeout=120)
+    # A short watch after the release catches an event that lags the pod's removal.
+    deadline = time.monotonic() + UNPREPARE_SETTLE_S
+    while True:
+        listed: Any = core.list_namespaced_event(ns).items
+        failed = kubelet.failed_unprepares(listed)
+        assert not failed, (f"deleting the pods left {kubelet.FAILED_UNPREPARE} events: "
+                            + "; ".join(failed))
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(2)
+    after = _unprepare_errors(kube, target.driver, nodes)
+    more = [line for node in nodes for line in kubelet.grown(node, before[node], after[node])]
+    assert not more, "the kubelets counted failed unprepares while the pods went: " + "; ".join(
+        more)
 
 
 def test_claim_status_devices(target: Target, core: kclient.CoreV1Api, rapi: ResourceApi,

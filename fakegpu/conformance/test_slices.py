@@ -8,11 +8,13 @@ import pytest
 from kubernetes import client as kclient
 from kubernetes.client.exceptions import ApiException
 
+from fakegpu.kube import api as kubeapi
 from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import ResourceApi
 from fakegpu.testkit.wait import NotYet, wait_for
 
+from . import kubelet
 from .target import Target
 
 
@@ -67,6 +69,33 @@ def test_slices_one_pool_per_node(target: Target, rapi: ResourceApi,
 
     pools = wait_for(consistent, what=f"{target.driver}'s slices to be consistent", timeout=60)
     assert pools, "no node has a pool"
+
+
+def test_driver_registered_with_kubelet(target: Target, rapi: ResourceApi, kube: Any) -> None:
+    # The nodes the driver publishes devices for must each have it registered with their
+    # kubelet, as the kubelet itself reports it: slices alone can be written by anyone.
+    nodes = sorted({str(s["spec"].get("nodeName")) for s in _node_local(rapi, target)
+                    if s["spec"].get("nodeName")})
+    assert nodes, f"driver {target.driver} publishes no node-local ResourceSlices"
+
+    def registered() -> None:
+        problems = []
+        for node in nodes:
+            try:
+                metrics = kubelet.read_metrics(kube, node)
+            except kubeapi.ERRORS as err:
+                first = (str(err).splitlines() or [type(err).__name__])[0]
+                problems.append(f"node {node}: its kubelet's /metrics cannot be read through "
+                                f"the API server's node proxy (needs get on nodes/proxy): "
+                                f"{first}")
+                continue
+            problem = kubelet.registration_problem(target.driver, node, metrics)
+            if problem is not None:
+                problems.append(problem)
+        if problems:  # a plugin that just started registers within seconds
+            raise NotYet("; ".join(problems))
+
+    wait_for(registered, what=f"the kubelets to report {target.driver} registered", timeout=60)
 
 
 def test_slices_owned_by_node(target: Target, rapi: ResourceApi,

@@ -56,21 +56,23 @@ def fill_user_dir(where: Path, k8s: str, *, override: dict[str, str] | None = No
 
 # --- versions --------------------------------------------------------------------------------
 
-def test_default_is_the_newest_supported_minor() -> None:
-    newest = max(binaries.SUPPORTED, key=lambda m: tuple(int(x) for x in m.split(".")))
+def test_default_is_the_newest_ga_minor() -> None:
+    # A pre-release (1.38.0-beta.0) is opt-in: the default is the newest minor pinned to a GA patch.
+    ga = [m for m, patch in binaries.SUPPORTED.items() if "-" not in patch]
+    newest = max(ga, key=lambda m: tuple(int(x) for x in m.split(".")))
     assert newest == binaries.DEFAULT_MINOR
     assert binaries.resolve_version(None) == binaries.SUPPORTED[newest]
 
 
 @pytest.mark.parametrize(("given", "want"), [
     ("1.34", "1.34.4"), ("v1.35", "1.35.4"), ("1.36.3", "1.36.3"), ("v1.37.2", "1.37.2"),
-    (" 1.37 ", "1.37.2"),
+    (" 1.37 ", "1.37.2"), ("1.38", "1.38.0-beta.0"), ("v1.38.0-beta.0", "1.38.0-beta.0"),
 ])
 def test_resolve_version_accepts_minor_or_pinned_patch(given: str, want: str) -> None:
     assert binaries.resolve_version(given) == want
 
 
-@pytest.mark.parametrize("bad", ["1.33", "1.37.1", "1.38", "latest", "", "1"])
+@pytest.mark.parametrize("bad", ["1.33", "1.37.1", "1.39", "1.38.0", "latest", "", "1"])
 def test_resolve_version_rejects_others_listing_the_supported(bad: str) -> None:
     with pytest.raises(InvalidInput) as err:
         binaries.resolve_version(bad)
@@ -422,6 +424,39 @@ def test_wrapper_replaces_local_modules_with_released_versions(tmp_path: Path) -
     assert "replace k8s.io/kubelet => k8s.io/kubelet v0.37.2" in text
     assert "godebug default=go1.26" in text and "go 1.26.0" in text
     assert '_ "k8s.io/kubernetes/cmd/kubelet"' in (tmp_path / "tools.go").read_text()
+
+
+def test_a_beta_builds_with_the_beta_staging_modules_and_its_stand_ins(tmp_path: Path) -> None:
+    spec = binaries._kubernetes("1.38.0-beta.0").build()
+    assert spec.version == "v1.38.0-beta.0"
+    assert spec.replace_local_with == "v0.38.0-beta.0"
+    assert "-X k8s.io/component-base/version.gitMinor=38" in spec.ldflags
+    assert "-X k8s.io/component-base/version.gitVersion=v1.38.0-beta.0" in spec.ldflags
+    assert set(spec.stand_ins) == {"sigs.k8s.io/iptables-wrappers"}
+    assert binaries._kubernetes("1.37.2").build().stand_ins == {}
+    mod = gobuild.parse_gomod("module k8s.io/kubernetes\n\ngo 1.27.0\n")
+    gobuild.write_wrapper(tmp_path, spec, mod, {})
+    text = (tmp_path / "go.mod").read_text()
+    assert ("replace sigs.k8s.io/iptables-wrappers => ./standins/iptables-wrappers"
+            in text.splitlines())
+    copied = tmp_path / "standins" / "iptables-wrappers"
+    assert (copied / "go.mod").read_text().count("module sigs.k8s.io/iptables-wrappers") == 1
+    assert (copied / "pkg" / "iptables" / "iptables.go").is_file()
+
+
+@pytest.mark.parametrize(("needed", "have", "toolchain"), [
+    ("1.26.0", "go1.26.8", "local"),
+    ("1.27.0", "go1.26.8", gobuild.NEWER_TOOLCHAIN),
+    ("1.27.0", "go1.27.3", "local"),
+])
+def test_a_newer_go_is_taken_only_when_the_module_needs_it(needed: str, have: str,
+                                                           toolchain: str) -> None:
+    assert gobuild.toolchain_for(needed, have, Path("/usr/bin/go"), "k") == toolchain
+
+
+def test_a_go_newer_than_the_allowed_toolchain_is_a_missing_prerequisite() -> None:
+    with pytest.raises(MissingPrerequisite, match=r"needs Go 1\.28\.0 or newer, found go1\.26"):
+        gobuild.toolchain_for("1.28.0", "go1.26.8", Path("/usr/bin/go"), "k")
 
 
 def test_wrapper_keeps_go_sum_only_while_unchanged(tmp_path: Path) -> None:

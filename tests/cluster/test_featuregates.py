@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from fakegpu.cluster import featuregates as fg
+from fakegpu.cluster.artifacts import binaries
 from fakegpu.errors import InvalidInput
 
 
-@pytest.mark.parametrize(("text", "minor"), [("1.37", 37), ("1.34.1", 34), ("v1.35.0", 35)])
+@pytest.mark.parametrize(("text", "minor"), [("1.37", 37), ("1.34.1", 34), ("v1.35.0", 35),
+                                             ("1.38.0-beta.0", 38), ("v1.38.0-rc.1", 38)])
 def test_parse_minor(text: str, minor: int) -> None:
     assert fg.parse_minor(text) == minor
 
 
-@pytest.mark.parametrize("text", ["", "2.1", "1.x", "1.37.2.1", "latest"])
+@pytest.mark.parametrize("text", ["", "2.1", "1.x", "1.37.2.1", "latest", "1.38-beta.0",
+                                  "1.38.0-"])
 def test_parse_minor_rejects(text: str) -> None:
     with pytest.raises(InvalidInput):
         fg.parse_minor(text)
@@ -36,10 +41,26 @@ def test_every_named_gate_is_on_in_137() -> None:
     assert all(gates.values())
 
 
-def test_gates_only_grow_between_releases() -> None:
-    # No gate in the table has been removed yet: a later release never loses one.
+# Gates a release removed: naming one there is an "unrecognized feature gate" startup error.
+_REMOVED = {38: {"DynamicResourceAllocation"}}
+
+
+def test_gates_only_grow_between_releases_but_for_removed_ones() -> None:
     for minor in range(fg.MIN_MINOR, fg.MAX_MINOR):
-        assert set(fg.dra_gates(minor)) <= set(fg.dra_gates(minor + 1))
+        gone = _REMOVED.get(minor + 1, set())
+        assert set(fg.dra_gates(minor)) - gone <= set(fg.dra_gates(minor + 1))
+        assert not gone & set(fg.dra_gates(minor + 1))
+
+
+def test_138_drops_dynamic_resource_allocation_and_keeps_the_rest() -> None:
+    # v1.38.0-beta.0's kube-apiserver refuses DynamicResourceAllocation (removed, GA since 1.35)
+    # and accepts every other gate of 1.37.
+    assert "DynamicResourceAllocation" in fg.dra_gates(37)
+    assert set(fg.dra_gates(38)) == set(fg.dra_gates(37)) - {"DynamicResourceAllocation"}
+    # The 1.38 apiserver no longer serves resource.k8s.io/v1beta1 (removed in 1.38).
+    assert "resource.k8s.io/v1beta1" in fg.runtime_config(37)
+    assert fg.runtime_config(38) == {"resource.k8s.io/v1alpha3": True,
+                                     "resource.k8s.io/v1beta2": True}
 
 
 def test_runtime_config_per_release() -> None:
@@ -49,7 +70,7 @@ def test_runtime_config_per_release() -> None:
     assert "resource.k8s.io/v1beta2" in fg.runtime_config(37)
 
 
-@pytest.mark.parametrize("minor", [31, 38])
+@pytest.mark.parametrize("minor", [31, 39])
 def test_unknown_release_is_invalid_input(minor: int) -> None:
     with pytest.raises(InvalidInput, match=f"1.{minor}"):
         fg.dra_gates(minor)
@@ -60,3 +81,24 @@ def test_unknown_release_is_invalid_input(minor: int) -> None:
 def test_format_map_is_sorted_and_lowercase() -> None:
     assert fg.format_map({"B": True, "A": False}) == "A=false,B=true"
     assert fg.format_map({}) == ""
+
+
+# --- the table against the built binaries (filled by `fakegpu cluster binaries`) ---------------
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", sorted(binaries.SUPPORTED.values()))
+def test_the_built_apiserver_accepts_the_gates_of_its_minor(version: str) -> None:
+    # kube-apiserver parses --feature-gates before --version prints: an unknown gate exits 1
+    # ("unrecognized feature gate") without starting anything, so this costs a second.
+    bins = binaries.cached(version)
+    if bins is None:
+        pytest.skip(f"SKIPPED: Kubernetes {version} is not cached; run "
+                    f"`fakegpu cluster binaries --k8s-version {version}`")
+    gates = fg.format_map(fg.dra_gates(fg.parse_minor(version)))
+    ok = subprocess.run([str(bins.kube_apiserver), f"--feature-gates={gates}", "--version"],
+                        capture_output=True, text=True, timeout=60, check=False)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert f"v{version}" in ok.stdout
+    bad = subprocess.run([str(bins.kube_apiserver), "--feature-gates=NoSuchDRAGate=true",
+                          "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode != 0 and "unrecognized feature gate" in bad.stderr

@@ -7,12 +7,13 @@ import importlib
 import inspect
 import pkgutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import fakegpu.conformance as conformance
 from fakegpu.cli import main
-from fakegpu.conformance import capabilities, checks, report
+from fakegpu.conformance import capabilities, checks, kubelet, report
 from fakegpu.conformance.cluster import ClusterFacts, parse_gates
 from fakegpu.conformance.target import Target
 from fakegpu.errors import InvalidInput
@@ -191,3 +192,117 @@ def test_the_command_refuses_a_bad_k_expression_and_a_report_file(
     assert main([*base, "--report", str(report_file)]) == 2  # was FileExistsError
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--report" in err[0] and "not a directory" in err[0]
+
+
+# --- kubelet registration and unprepare events: the checks' decisions -------------------------
+
+# The plugin manager's lines of a kubelet's /metrics, as the live 1.37.2 and 1.38.0-beta.0 kubelets
+# of embedded clusters printed them (2026-12-04; a gauge per socket and state, the path shortened);
+# the second socket is another plugin on the same node.
+_REG = "/var/lib/kubelet/plugins_registry"
+_KUBELET_METRICS = f"""\
+# HELP plugin_manager_total_plugins [ALPHA] Number of plugins in Plugin Manager
+# TYPE plugin_manager_total_plugins gauge
+plugin_manager_total_plugins{{socket_path="{_REG}/gpu.fakegpu.dev-reg.sock",state="actual_state_of_world"}} 1
+plugin_manager_total_plugins{{socket_path="{_REG}/gpu.fakegpu.dev-reg.sock",state="desired_state_of_world"}} 1
+plugin_manager_total_plugins{{socket_path="{_REG}/other.example.com-reg.sock",state="actual_state_of_world"}} 1
+plugin_manager_total_plugins{{socket_path="{_REG}/other.example.com-reg.sock",state="desired_state_of_world"}} 1
+"""  # noqa: E501
+
+
+def test_a_driver_the_kubelet_registered_passes() -> None:
+    assert kubelet.registration_problem("gpu.fakegpu.dev", "n1", _KUBELET_METRICS) is None
+    assert kubelet.registered_sockets(_KUBELET_METRICS) == [
+        f"{_REG}/gpu.fakegpu.dev-reg.sock", f"{_REG}/other.example.com-reg.sock"]
+
+
+def test_a_driver_only_found_not_registered_fails_naming_node_and_sockets() -> None:
+    # Found by the plugin watcher (desired state) but never registered (no actual state).
+    text = "\n".join(line for line in _KUBELET_METRICS.splitlines()
+                     if not ("gpu.fakegpu.dev" in line and "actual_state" in line))
+    problem = kubelet.registration_problem("gpu.fakegpu.dev", "n1", text)
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("node n1: the kubelet has not registered driver gpu.fakegpu.dev")
+    assert f"registered: {_REG}/other.example.com-reg.sock" in problem
+
+
+@pytest.mark.parametrize("driver", ["gpu.fakegpu", "fakegpu.dev", "gpu.example.com"])
+def test_another_drivers_socket_does_not_count(driver: str) -> None:
+    # A name that is only part of a registered socket's name is not that driver.
+    assert kubelet.registration_problem(driver, "n1", _KUBELET_METRICS) is not None
+
+
+def test_a_zero_count_does_not_count() -> None:
+    text = _KUBELET_METRICS.replace('actual_state_of_world"} 1', 'actual_state_of_world"} 0')
+    assert kubelet.registered_sockets(text) == []
+    assert "registered: none" in str(kubelet.registration_problem("gpu.fakegpu.dev", "n", text))
+
+
+def test_a_kubelet_without_plugins_says_so() -> None:
+    problem = kubelet.registration_problem("gpu.fakegpu.dev", "n2", "kubelet_running_pods 3\n")
+    assert problem == ("node n2: the kubelet's /metrics has no plugin_manager_total_plugins: "
+                       "no plugin is registered with it, gpu.fakegpu.dev included")
+
+
+def _event(reason: str, pod: str, message: str, count: int | None = 1) -> SimpleNamespace:
+    return SimpleNamespace(reason=reason, message=message, count=count,
+                           involved_object=SimpleNamespace(kind="Pod", name=pod),
+                           source=SimpleNamespace(host="n1"))
+
+
+def test_failed_unprepare_events_are_reported_and_others_ignored() -> None:
+    events = [
+        _event("Scheduled", "p", "Successfully assigned"),
+        _event("FailedUnprepareDynamicResources", "from-claim",
+               "Failed to unprepare dynamic resources: NodeUnprepareResources: boom", 3),
+        _event("Killing", "p", "Stopping container main"),
+    ]
+    assert kubelet.failed_unprepares(events) == [
+        "Pod from-claim on node n1: Failed to unprepare dynamic resources: "
+        "NodeUnprepareResources: boom (x3)"]
+    assert kubelet.failed_unprepares(events[:1] + events[2:]) == []
+
+
+_METHOD = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
+
+
+def _dra_counts(ok: int, unavailable: int, op_errors: int) -> str:
+    """A kubelet's DRA histogram counts, with the metric and label names the live 1.37.2 and
+    1.38.0-beta.0 kubelets printed (2026-12-04)."""
+    g = "dra_grpc_operations_duration_seconds_count"
+    o = "dra_operations_duration_seconds_count"
+    lines = [
+        f'{g}{{driver_name="gpu.fakegpu.dev",grpc_status_code="OK",method_name="{_METHOD}"}} {ok}',
+        f'{g}{{driver_name="other.example.com",grpc_status_code="Unavailable",'
+        f'method_name="{_METHOD}"}} 7',
+        f'{o}{{is_error="false",operation_name="UnprepareResources"}} {ok}',
+        f'{o}{{is_error="true",operation_name="PrepareResources"}} 5',
+    ]
+    if unavailable:
+        lines.append(f'{g}{{driver_name="gpu.fakegpu.dev",grpc_status_code="Unavailable",'
+                     f'method_name="{_METHOD}"}} {unavailable}')
+    if op_errors:
+        lines.append(f'{o}{{is_error="true",operation_name="UnprepareResources"}} {op_errors}')
+    return "\n".join(lines) + "\n"
+
+
+def test_successful_unprepares_count_nothing() -> None:
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 0, 0))
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 0, 0))
+    assert before == after == {}
+    assert kubelet.grown("n1", before, after) == []
+
+
+def test_a_failed_unprepare_call_of_the_driver_is_caught_even_if_a_retry_succeeded() -> None:
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 0, 0))
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 1, 1))
+    assert kubelet.grown("n1", before, after) == [
+        "node n1: NodeUnprepareResources calls to gpu.fakegpu.dev ending Unavailable: 0 -> 1",
+        "node n1: UnprepareResources operations ending in error (any driver): 0 -> 1"]
+
+
+def test_old_failures_and_other_drivers_failures_are_not_this_runs() -> None:
+    # Counters that did not grow during the check are earlier history, not this check's pods.
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 3, 3))
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 3, 3))
+    assert kubelet.grown("n1", before, after) == []

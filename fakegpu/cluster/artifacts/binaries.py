@@ -32,7 +32,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from fakegpu import hostpkgs, paths
 from fakegpu.cluster.artifacts import bincache, download
 from fakegpu.cluster.artifacts.bincache import Component, Probe
-from fakegpu.cluster.artifacts.gobuild import Go, GoProgram, WrapperBuild
+from fakegpu.cluster.artifacts.gobuild import NEWER_TOOLCHAIN, Go, GoProgram, WrapperBuild
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 
 # Kubernetes minor -> the patch release fakegpu pins (the ones the Go proxy serves here).
@@ -41,7 +41,10 @@ SUPPORTED: dict[str, str] = {
     "1.35": "1.35.4",
     "1.36": "1.36.3",
     "1.37": "1.37.2",
+    # A beta until the Go proxy serves 1.38.0; its go.mod needs Go 1.27 (see gobuild.py).
+    "1.38": "1.38.0-beta.0",
 }
+# The newest GA minor: a beta is opt-in.
 DEFAULT_MINOR = "1.37"
 
 # One version of each node component serves every supported Kubernetes: building one set
@@ -58,6 +61,14 @@ K8S_PROGRAMS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "ptp", "firewall")
 
 BIN_DIR_ENV = "FAKEGPU_BIN_DIR"
+
+# Modules a Kubernetes minor imports that the Go proxy does not serve -> fakegpu's stand-in
+# (standins/<name>/, each saying what it keeps of the real one). 1.38's kubelet imports
+# sigs.k8s.io/iptables-wrappers (403 from the proxy) only for chains other components use.
+_STANDINS_DIR = Path(__file__).resolve().parent / "standins"
+K8S_STAND_INS: dict[str, dict[str, Path]] = {
+    "38": {"sigs.k8s.io/iptables-wrappers": _STANDINS_DIR / "iptables-wrappers"},
+}
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,8 @@ def _arch() -> str:
 
 
 def _kubernetes(version: str) -> Recipe:
-    major, minor, _ = version.split(".")
+    # "1.38.0-beta.0": the patch keeps its pre-release suffix, which the staging modules share.
+    major, minor, patch = version.split(".", 2)
     tag = f"v{version}"
     comp = Component(
         "kubernetes", version,
@@ -137,8 +149,9 @@ def _kubernetes(version: str) -> Recipe:
             what=f"kubernetes {version}", module="k8s.io/kubernetes", version=tag,
             programs=tuple(GoProgram(f"k8s.io/kubernetes/cmd/{n}", n) for n in K8S_PROGRAMS),
             # The staging modules are published as k8s.io/<name> v0.<minor>.<patch>.
-            replace_local_with=f"v0.{minor}.{version.split('.')[2]}",
+            replace_local_with=f"v0.{minor}.{patch}",
             ldflags=tuple(ldflags),
+            stand_ins=K8S_STAND_INS.get(minor, {}),
         )
 
     def assets(arch: str) -> list[download.Asset]:
@@ -407,8 +420,10 @@ def _from_build(recipe: Recipe, console: Console, step: str) -> None:
     go = Go.find()
     spec = recipe.build()
     workdir = paths.cache_dir() / "build" / f"{comp.key}-{comp.version}"
-    _say(console, f"{step} {comp.label}: building with {go.version()} from the Go module proxy "
-                  f"(log: {workdir / 'build.log'})")
+    # The toolchain is the host's unless the module's go.mod needs a newer one (gobuild.py);
+    # the log says which was used.
+    _say(console, f"{step} {comp.label}: building with {go.version()} (or {NEWER_TOOLCHAIN} if "
+                  f"its go.mod needs it) from the Go module proxy (log: {workdir / 'build.log'})")
     started = time.monotonic()
     # A live line on a terminal only; CI logs get the plain lines around it.
     with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),

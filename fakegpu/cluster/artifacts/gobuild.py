@@ -25,6 +25,15 @@ from fakegpu.errors import FakegpuError, MissingPrerequisite
 # Lines of output kept in a BuildError (the whole output is in the log file).
 _TAIL_LINES = 25
 
+# The one newer Go toolchain a build may take, from the module proxy like any module, and only
+# for an upstream whose go.mod needs more than the host's Go (Kubernetes 1.38 needs Go 1.27).
+# Every other build runs the host's Go (GOTOOLCHAIN=local), so no toolchain is ever fetched
+# behind the user's back for a module that does not need it.
+NEWER_TOOLCHAIN = "go1.27.3"
+
+# Where a wrapper keeps its copies of stand-in modules (relative `replace` targets).
+_STANDINS = "standins"
+
 
 class BuildError(FakegpuError):
     """A build command failed. The message is one line; ``tail`` holds the last output lines."""
@@ -116,6 +125,9 @@ class WrapperBuild:
     tags: tuple[str, ...] = ()
     cgo: bool = False
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Module path -> a directory of fakegpu's own stand-in for it (standins/), for a module
+    # the Go proxy does not serve; copied into the wrapper and replaced by its copy there.
+    stand_ins: Mapping[str, Path] = field(default_factory=dict)
 
 
 class Go:
@@ -162,7 +174,9 @@ class Go:
 
     def module_gomod(self, module: str, version: str, log: Path) -> str:
         """The go.mod text of ``module@version``, fetched through the module proxy."""
-        cmd = [str(self.executable), "mod", "download", "-json", f"{module}@{version}"]
+        # `go list -m` fetches only the .info and .mod files: unlike `go mod download` it
+        # works for a module whose go.mod needs a newer Go than this one.
+        cmd = [str(self.executable), "list", "-m", "-json", f"{module}@{version}"]
         # Run outside any module (the wrapper's parent) and without -mod, which only
         # applies inside one.
         env = self.env()
@@ -188,11 +202,7 @@ class Go:
         log = workdir / "build.log"
         log.write_text("")
         upstream = parse_gomod(self.module_gomod(spec.module, spec.version, log))
-        have = self.version()
-        if version_tuple(have) < version_tuple(upstream.go):
-            raise MissingPrerequisite(
-                f"{spec.what} needs Go {upstream.go} or newer, found {have} ({self.executable})"
-            )
+        toolchain = toolchain_for(upstream.go, self.version(), self.executable, spec.what)
         replaces = {m: spec.replace_local_with for m in upstream.local_replaces
                     if spec.replace_local_with}
         if upstream.local_replaces and not replaces:
@@ -201,7 +211,10 @@ class Go:
                 "by directories; the build needs replace_local_with"
             )
         write_wrapper(workdir, spec, upstream, replaces)
-        env = self.env(cgo=spec.cgo, extra=spec.extra_env)
+        env = self.env(cgo=spec.cgo, extra={**spec.extra_env, "GOTOOLCHAIN": toolchain})
+        if toolchain != "local":
+            with log.open("a") as logf:
+                logf.write(f"# {spec.module} needs Go {upstream.go}: GOTOOLCHAIN={toolchain}\n")
         run_logged([str(self.executable), "mod", "tidy"], what=f"resolving {spec.what}",
                    log=log, env=env, cwd=workdir)
         cmd = [str(self.executable), "build", "-v", "-trimpath",
@@ -217,6 +230,21 @@ class Go:
                 built.rename(outdir / prog.name)
 
 
+def toolchain_for(needed: str, have: str, executable: Path, what: str) -> str:
+    """The GOTOOLCHAIN value that builds a module needing Go ``needed`` with Go ``have``.
+
+    "local" when the host's Go is new enough, NEWER_TOOLCHAIN when that one is; otherwise a
+    MissingPrerequisite naming both versions.
+    """
+    if version_tuple(have) >= version_tuple(needed):
+        return "local"
+    if version_tuple(NEWER_TOOLCHAIN) >= version_tuple(needed):
+        return NEWER_TOOLCHAIN
+    raise MissingPrerequisite(
+        f"{what} needs Go {needed} or newer, found {have} ({executable})"
+    )
+
+
 def write_wrapper(
     workdir: Path, spec: WrapperBuild, upstream: GoModule, replaces: Mapping[str, str]
 ) -> None:
@@ -227,7 +255,12 @@ def write_wrapper(
     # A module the upstream replaces by a directory cannot be resolved from a dependency:
     # point it at the released version named by the caller.
     lines += [f"replace {mod} => {mod} {ver}" for mod, ver in sorted(replaces.items())]
+    lines += [f"replace {mod} => ./{_STANDINS}/{src.name}"
+              for mod, src in sorted(spec.stand_ins.items())]
     text = "\n".join(lines) + "\n"
+    shutil.rmtree(workdir / _STANDINS, ignore_errors=True)
+    for src in spec.stand_ins.values():
+        shutil.copytree(src, workdir / _STANDINS / src.name)
     # `go mod tidy` rewrites go.mod, so remember what we asked for in a side file: when it
     # is unchanged, keep go.mod and go.sum as tidy left them and a retry is quick.
     stamp = workdir / "wrapper.in"
