@@ -11,8 +11,10 @@ reached or not Kubernetes: one line, exit 3), and maps pytest's exit codes to fa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -139,11 +141,30 @@ def _run(args: argparse.Namespace) -> int:
     version = preflight.server_version(args.kubeconfig)  # not usable: one line, exit 3
     if args.verbose:
         print(f"cluster: Kubernetes {version}", file=sys.stderr)
-    code = subprocess.run(pytest_command(args), env=suite_env(os.environ),
-                          check=False).returncode
-    if args.report is not None and code in (_PYTEST_OK, _PYTEST_FAILED):
+    code = run_suite(pytest_command(args), suite_env(os.environ))
+    if args.report is not None and code in (_PYTEST_OK, _PYTEST_FAILED, _PYTEST_INTERRUPTED):
         print(f"report: {args.report / 'conformance.md'}, {args.report / 'junit.xml'}")
     return exit_code(code)
+
+
+def run_suite(cmd: list[str], env: Mapping[str, str]) -> int:
+    """Run pytest and wait for it. A stop (SIGTERM: a CI job's timeout or cancel; SIGINT:
+    Ctrl-C, which the terminal sends to pytest too) reaches pytest as an interrupt, so it
+    ends its session and writes what it has into the report, as a finished run does; killed
+    instead, it would leave none."""
+    child = subprocess.Popen(cmd, env=dict(env))
+
+    def forward(signum: int, _frame: object) -> None:
+        if signum == signal.SIGTERM:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGINT)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def suite_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -179,18 +179,19 @@ def _reason(rep: pytest.TestReport) -> str:
     return str(rep.longreprtext or "")
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     outcomes = config.stash.get(_OUTCOMES, {})
-    if not outcomes:
-        return
     target = config.stash.get(_TARGET, None)
+    if not outcomes and target is None:
+        return  # no check began: nothing of this suite ran in the session
     out = config.getoption("fakegpu_conformance_report")
     if out is None and target is not None and target.own:
         out = config.rootpath / "reports" / "conformance" / target.driver
     if out is None:
         return
-    path = reporting.write(Path(str(out)), reporting.render(target, outcomes))
+    stopped = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+    path = reporting.write(Path(str(out)), reporting.render(target, outcomes, stopped=stopped))
     reporter = config.pluginmanager.getplugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"fakegpu conformance report: {path}")

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fakegpu import fsutil
+
 from .checks import CHECKS, Check
 from .target import Target
 
@@ -56,9 +58,13 @@ def check_of(test_name: str) -> Check | None:
 
 
 def render(target: Target | None, outcomes: Mapping[str, Outcome],
-           gates: Iterable[str] = ()) -> str:
-    """The markdown report: the cluster, the driver, the gates the checks need, a table."""
+           gates: Iterable[str] = (), *, stopped: bool = False) -> str:
+    """The markdown report: the cluster, the driver, the gates the checks need, a table;
+    ``stopped``: the run was interrupted, so what is "not run" may never have begun."""
     lines = ["# DRA driver conformance (fakegpu.conformance)", ""]
+    if stopped:
+        lines += ["**The run was stopped before its end** (interrupted): the results below are "
+                  "those it reached; a check `not run` did not finish.", ""]
     if target is not None:
         facts = target.facts
         lines += [f"- driver: `{target.driver}`, device class `{target.device_class}`",
@@ -86,6 +92,4 @@ def render(target: Target | None, outcomes: Mapping[str, Outcome],
 
 def write(out_dir: Path, text: str) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "conformance.md"
-    path.write_text(text)
-    return path
+    return fsutil.atomic_write(out_dir / "conformance.md", text)

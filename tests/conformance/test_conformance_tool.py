@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,11 +13,15 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kubernetes import client as kclient
 
 from fakegpu.cli import main
 from fakegpu.cli.conformance import exit_code, suite_env
+from fakegpu.testkit import k8s
+from fakegpu.testkit.wait import NotYet, wait_for
 
 
 class _Server(ThreadingHTTPServer):
@@ -144,3 +149,38 @@ def test_pytests_exit_codes_map_to_fakegpus(pytest_code: int, ours: int, says: s
     assert exit_code(pytest_code) == ours
     err = capsys.readouterr().err
     assert (says in err) if says else err == ""
+
+
+@pytest.mark.integration
+def test_a_stopped_run_still_writes_its_report(tmp_path: Path, bare_control_plane: Any) -> None:
+    """SIGTERM (a CI job's timeout or cancel) in the middle of a check: the run ends as
+    interrupted (130) and the report says so, with what it reached. A real apiserver without
+    kubelets: the check's pod never runs, so the stop lands while it waits."""
+    with bare_control_plane() as cp:
+        api = k8s.new_api_client(Path(cp.kubeconfig))
+        core = kclient.CoreV1Api(api)
+        before = {n.metadata.name for n in core.list_namespace().items}
+        report = tmp_path / "report"
+        run = subprocess.Popen(
+            [sys.executable, "-m", "fakegpu", "conformance", "--kubeconfig", str(cp.kubeconfig),
+             "--driver", "gpu.example.com", "--image", "busybox:local", "--report", str(report),
+             "-k", "template_claim_prepared"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            def check_began() -> str:
+                new = {n.metadata.name for n in core.list_namespace().items} - before
+                if not new:
+                    raise NotYet("no namespace of the check yet")
+                return new.pop()
+
+            wait_for(check_began, what="the check to make its namespace", timeout=120)
+            run.send_signal(signal.SIGTERM)
+            out, _ = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+            api.close()
+    assert run.returncode == 130, out
+    text = (report / "conformance.md").read_text()
+    assert "**The run was stopped before its end**" in text, text
+    assert "| `template_claim_prepared`:" in text and "**not run**" in text, text
