@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from fakegpu.cluster import featuregates, imagealiases, inotify
-from fakegpu.cluster.artifacts import binaries, images
+from fakegpu.cluster.artifacts import images
 from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
 from fakegpu.cluster.kind.state import KindState, clusters_dir
 from fakegpu.cluster.names import validate_name
@@ -32,6 +32,7 @@ from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo,
 from fakegpu.deploy import chart_dir, manifests
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import pods as kpods
 from fakegpu.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -154,26 +155,20 @@ class KindProvider:
 
         with kubeapi.session(st.kubeconfig) as api:
             pods = kubeapi.pods(api, NAMESPACE)
-        on_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods
-                   if p["status"].get("phase") == "Running"}
-        for node in st.workers:
-            path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
-            inside = self._kubectl(st, "-n", NAMESPACE, "exec", on_node[node], "--", "sha256sum",
-                                   f"{STATE_DIR_IN_POD}/{node}.state").stdout.split()[0]
-            here = hashlib.sha256(path.read_bytes()).hexdigest()
-            if inside != here:
-                raise FakegpuError(f"node {node}: the plugin pod's NVML state differs from the "
-                                   f"one rendered on the host ({inside[:12]} != {here[:12]})")
+            for node in st.workers:
+                path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
+                inside = kpods.exec_(api, NAMESPACE, _plugin_pod_of(pods, st.name, node),
+                                     ["sha256sum", f"{STATE_DIR_IN_POD}/{node}.state"],
+                                     container="plugin", timeout=120).stdout.split()[0]
+                here = hashlib.sha256(path.read_bytes()).hexdigest()
+                if inside != here:
+                    raise FakegpuError(f"node {node}: the plugin pod's NVML state differs from "
+                                       f"the one rendered on the host ({inside[:12]} != "
+                                       f"{here[:12]})")
 
     @staticmethod
     def nvml_state(st: KindState, node: str) -> Path:
         return st.root / "nvml" / f"{node}.state"
-
-    def _kubectl(self, st: KindState, *args: str, input_text: str | None = None,
-                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
-        return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), *args], timeout=timeout,
-                   input_text=input_text)
 
     def _containers(self, st: KindState) -> dict[str, str]:
         """Kubernetes node name -> kind container, matched by the node's InternalIP."""
@@ -346,17 +341,13 @@ class KindProvider:
         # fakegpu/node/entrypoint.py): run the command in that pod, against that file.
         st = self._ready_state(name)
         self._worker(st, node)
+        command = ["/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
+                   "--state", f"{STATE_DIR_IN_POD}/{node}.state"]
         with kubeapi.session(st.kubeconfig) as api:
-            pod = plugin_pod(kubeapi.pods(api, NAMESPACE), node)
-        if pod is None:
-            raise FakegpuError(f"node {node!r} of cluster {name!r} has no running plugin pod "
-                               f"(namespace {NAMESPACE})")
-        kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
-        return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), "-n", NAMESPACE, "exec",
-                    pod, "-c", "plugin", "--",
-                    "/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
-                    "--state", f"{STATE_DIR_IN_POD}/{node}.state"],
-                   timeout=120, check=False)
+            pod = _plugin_pod_of(kubeapi.pods(api, NAMESPACE), name, node)
+            res = kpods.exec_(api, NAMESPACE, pod, command, container="plugin", timeout=120,
+                              check=False)
+        return subprocess.CompletedProcess(command, res.returncode, res.stdout, res.stderr)
 
     def plugin_instances(self, name: str) -> PluginInstances:
         from fakegpu.cluster.kind import upgrade
@@ -404,6 +395,15 @@ def plugin_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
         return None
     return str(max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "")
                ["metadata"]["name"])
+
+
+def _plugin_pod_of(pods: Sequence[dict[str, Any]], cluster: str, node: str) -> str:
+    """``plugin_pod``, or a one-line error naming the node when it has none running."""
+    pod = plugin_pod(pods, node)
+    if pod is None:
+        raise FakegpuError(f"node {node!r} of cluster {cluster!r} has no running plugin pod "
+                           f"(namespace {NAMESPACE})")
+    return pod
 
 
 def _tag_images(st: KindState, names: Sequence[str]) -> None:
