@@ -12,8 +12,8 @@ from typing import Any, cast
 
 import pytest
 
-from fakegpu.cluster.kind import provider
-from fakegpu.cluster.kind.provider import plugin_pod
+from fakegpu.cluster.kind import pluginpod, provider
+from fakegpu.cluster.kind.pluginpod import STATE_DIR_IN_POD, plugin_pod
 from fakegpu.cluster.kind.state import KindState
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
@@ -100,10 +100,10 @@ def test_node_nvml_runs_fakegpu_in_the_plugin_container_through_the_api(
     monkeypatch.setattr(kp, "_ready_state", lambda _name: _state())
     res = kp.node_nvml("c1", "w2", ["smi", "-L"])
     [call] = exec_.calls
-    assert call["namespace"] == provider.NAMESPACE and call["pod"] == "p2"
+    assert call["namespace"] == pluginpod.NAMESPACE and call["pod"] == "p2"
     assert call["container"] == "plugin" and call["check"] is False
     assert call["command"] == ["/opt/fakegpu/bin/python", "-m", "fakegpu", "smi", "-L",
-                               "--state", f"{provider.STATE_DIR_IN_POD}/w2.state"]
+                               "--state", f"{STATE_DIR_IN_POD}/w2.state"]
     # The command's own output and exit code, as a local run would give them.
     assert (res.returncode, res.stdout, res.stderr) == (3, "GPU 0\n", "err")
 
@@ -141,6 +141,6 @@ def test_the_nvml_state_check_hashes_the_file_in_each_plugin_pod(
         with pytest.raises(FakegpuError, match=r"^node w1: the plugin pod's NVML state differs"):
             kp._nvml_copies(_state(), cast(Topology, None))
     assert [(c["pod"], c["container"], c["command"]) for c in exec_.calls] == [
-        ("p1", "plugin", ["sha256sum", f"{provider.STATE_DIR_IN_POD}/w1.state"]),
-        ("p2", "plugin", ["sha256sum", f"{provider.STATE_DIR_IN_POD}/w2.state"]),
+        ("p1", "plugin", ["sha256sum", f"{STATE_DIR_IN_POD}/w1.state"]),
+        ("p2", "plugin", ["sha256sum", f"{STATE_DIR_IN_POD}/w2.state"]),
     ][:2 if same else 1]

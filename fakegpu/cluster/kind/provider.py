@@ -5,26 +5,34 @@ plugin image, Helm chart, readiness) that ``lifecycle.py`` runs, as it runs the 
 provider's: validation, progress, logs and cleanup on failure are written there once.
 State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json`` (``state.py``).
 
-Longer than ~400 lines: the bring-up's steps use the provider's tools (kind, docker, kubectl)
-and stay beside them; the embedded provider's split (one module per concern) is the model
-for the next step here.
+Work on a node's plugin pod (which one, fakegpu run in it, its NVML state checked) is in
+``pluginpod.py``. Slightly over ~400 lines on purpose: what is left is the protocol and the
+bring-up steps, which share the provider's ``kind`` wrapper and policy; moving the steps out
+would have another module call this one's private methods (what the embedded split removed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from fakegpu.cluster import featuregates, imagealiases, inotify
 from fakegpu.cluster.artifacts import images
-from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
+from fakegpu.cluster.kind import (
+    config,
+    dockerhost,
+    image,
+    nodefiles,
+    nodeimage,
+    pluginpod,
+    tools,
+)
 from fakegpu.cluster.kind.state import KindState, clusters_dir
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
@@ -32,7 +40,6 @@ from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo,
 from fakegpu.deploy import chart_dir, manifests
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
-from fakegpu.kube import pods as kpods
 from fakegpu.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -47,8 +54,6 @@ NAMESPACE = manifests.NAMESPACE
 # nvmlInContainers.*): fakegpu's static nvidia-smi and the fake libnvidia-ml.so.1.
 NODE_TOOLS = {"nvidiaSmi": "/var/lib/fakegpu/bin/nvidia-smi",
               "library": "/var/lib/fakegpu/lib/libnvidia-ml.so.1"}
-# Where the plugin pod keeps its node's NVML state (the chart's nvml-state volume).
-STATE_DIR_IN_POD = "/run/fakegpu"
 
 
 def choose_node_image(docker: Path, version: str, console: Console) -> str:
@@ -148,23 +153,13 @@ class KindProvider:
                    WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
     def _nvml_copies(self, st: KindState, topo: Topology) -> None:
-        """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), and check
-        it is byte for byte what that node's plugin pod rendered: suites read GPU identities
-        from it, so a difference would make them compare against the wrong machine."""
+        """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), the same
+        bytes as its plugin pod's (``pluginpod.check_states``)."""
         from fakegpu.nvml import env as nvml_env
 
-        with kubeapi.session(st.kubeconfig) as api:
-            pods = kubeapi.pods(api, NAMESPACE)
-            for node in st.workers:
-                path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
-                inside = kpods.exec_(api, NAMESPACE, _plugin_pod_of(pods, st.name, node),
-                                     ["sha256sum", f"{STATE_DIR_IN_POD}/{node}.state"],
-                                     container="plugin", timeout=120).stdout.split()[0]
-                here = hashlib.sha256(path.read_bytes()).hexdigest()
-                if inside != here:
-                    raise FakegpuError(f"node {node}: the plugin pod's NVML state differs from "
-                                       f"the one rendered on the host ({inside[:12]} != "
-                                       f"{here[:12]})")
+        pluginpod.check_states(st, {
+            node: nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
+            for node in st.workers})
 
     @staticmethod
     def nvml_state(st: KindState, node: str) -> Path:
@@ -337,17 +332,9 @@ class KindProvider:
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
-        # The node's NVML state lives in its plugin pod (rendered there at start, see
-        # fakegpu/node/entrypoint.py): run the command in that pod, against that file.
+        # The node's NVML state lives in its plugin pod: the command runs there.
         st = self._ready_state(name)
-        self._worker(st, node)
-        command = ["/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
-                   "--state", f"{STATE_DIR_IN_POD}/{node}.state"]
-        with kubeapi.session(st.kubeconfig) as api:
-            pod = _plugin_pod_of(kubeapi.pods(api, NAMESPACE), name, node)
-            res = kpods.exec_(api, NAMESPACE, pod, command, container="plugin", timeout=120,
-                              check=False)
-        return subprocess.CompletedProcess(command, res.returncode, res.stdout, res.stderr)
+        return pluginpod.run_fakegpu(st, self._worker(st, node), args)
 
     def plugin_instances(self, name: str) -> PluginInstances:
         from fakegpu.cluster.kind import upgrade
@@ -381,29 +368,6 @@ class KindProvider:
                                f"(workers: {', '.join(st.workers)})")
         return node
 
-
-
-def plugin_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
-    """The name of ``node``'s running plugin pod; during a rolling update two run, and the
-    newer one is the one the kubelet uses. Pure. Other pods of the namespace (the
-    compute-domain plugin, IMEX daemons) have no container named ``plugin``."""
-    running = [p for p in pods if p["spec"].get("nodeName") == node
-               and p["status"].get("phase") == "Running"
-               and not p["metadata"].get("deletionTimestamp")
-               and any(c.get("name") == "plugin" for c in p["spec"].get("containers") or [])]
-    if not running:
-        return None
-    return str(max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-               ["metadata"]["name"])
-
-
-def _plugin_pod_of(pods: Sequence[dict[str, Any]], cluster: str, node: str) -> str:
-    """``plugin_pod``, or a one-line error naming the node when it has none running."""
-    pod = plugin_pod(pods, node)
-    if pod is None:
-        raise FakegpuError(f"node {node!r} of cluster {cluster!r} has no running plugin pod "
-                           f"(namespace {NAMESPACE})")
-    return pod
 
 
 def _tag_images(st: KindState, names: Sequence[str]) -> None:
