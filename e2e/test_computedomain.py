@@ -23,6 +23,7 @@ from fakegpu.computedomain.names import (
     for_gpu_driver,
 )
 from fakegpu.deploy.manifests import NAMESPACE as DRIVER_NAMESPACE
+from fakegpu.kube import errors
 from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.computedomain import (
     create,
@@ -238,7 +239,7 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
     try:
         cd = domains(other, "tenant-b", 1)
         uid = cd["metadata"]["uid"]
-        _copy_template(k8s_client, resource_api, other, TEMPLATE, namespace, "copied")
+        _copy_template(resource_api, other, TEMPLATE, namespace, "copied")
         node = publishing_nodes[0]
         k8s.create_pod(core_v1, namespace, channel_pod(
             "intruder", fakegpu_cluster.workload_image, node, template="copied"))
@@ -256,22 +257,15 @@ def test_a_claim_naming_another_namespaces_domain_is_refused(
         k8s.delete_namespace(core_v1, other)
 
 
-def _copy_template(k8s_client: Any, resource_api: ResourceApi, namespace: str, name: str,
+def _copy_template(resource_api: ResourceApi, namespace: str, name: str,
                    to_namespace: str, to_name: str) -> None:
     """Copy the controller's ResourceClaimTemplate ``namespace/name`` (once it is made), its
     spec as it is (the domain's UID in its opaque config), to ``to_namespace/to_name``."""
-    custom: Any = kclient.CustomObjectsApi(k8s_client)
-
     def template() -> dict[str, Any]:
         try:
-            out: dict[str, Any] = custom.get_namespaced_custom_object(
-                "resource.k8s.io", resource_api.version, namespace, "resourceclaimtemplates",
-                name)
-            return out
-        except kclient.ApiException as err:
-            if err.status == 404:
-                raise NotYet(f"template {namespace}/{name} not made yet") from err
-            raise
+            return resource_api.get("resourceclaimtemplates", name, namespace)
+        except errors.NotFound as err:
+            raise NotYet(f"template {namespace}/{name} not made yet") from err
 
     theirs = wait_for(template, what=f"the template {namespace}/{name}", timeout=TIMEOUT,
                       is_transient=k8s.is_transient_api_error)
@@ -290,7 +284,7 @@ def test_a_daemon_claim_outside_the_drivers_namespace_is_refused(
     # domain. Only the controller's daemon claims, in the driver's namespace, start one.
     cd = domains(namespace, "own", 1)
     uid = cd["metadata"]["uid"]
-    _copy_template(k8s_client, resource_api, DRIVER_NAMESPACE, daemon_template_name(uid),
+    _copy_template(resource_api, DRIVER_NAMESPACE, daemon_template_name(uid),
                    namespace, "copied-daemon")
     node = publishing_nodes[0]
     pod = pod_manifest("fake-daemon", fakegpu_cluster.workload_image, ["sleep", "3600"],

@@ -20,6 +20,7 @@ from kubernetes import client as kclient
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.computedomain.names import ENV_DAEMON, Names, daemon_endpoint, for_gpu_driver
 from fakegpu.deploy.manifests import NAMESPACE as DRIVER_NAMESPACE
+from fakegpu.kube import errors
 from fakegpu.testkit import computedomain as cdkit
 from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.bandwidth import allocated_uuids, expected, run, start_workers
@@ -69,9 +70,8 @@ def compute_domain(fakegpu_cluster: ClusterInfo, k8s_client: Any, namespace: str
     names = for_gpu_driver(fakegpu_cluster.driver_name)
     try:
         cd = cdkit.create(k8s_client, names, namespace, "bandwidth", 4, CHANNEL_TEMPLATE)
-    except kclient.ApiException as err:
-        if err.status == 404:
-            pytest.skip(f"the cluster has no ComputeDomain API ({names.api_version}): "
+    except errors.NotFound:
+        pytest.skip(f"the cluster has no ComputeDomain API ({names.api_version}): "
                         "started without ComputeDomain support")
         raise
     yield cd

@@ -8,14 +8,15 @@ and node (``fakegpu.testkit.faults``), everything else is read from the Kubernet
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from kubernetes import client as kclient
-from kubernetes.client.exceptions import ApiException
 
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.kube import errors
 from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.dra import (
@@ -63,10 +64,8 @@ def wait_claim_gone(resource_api: ResourceApi, namespace: str, name: str) -> Non
     def gone() -> None:
         try:
             resource_api.claim(namespace, name)
-        except ApiException as err:
-            if err.status == 404:
-                return
-            raise
+        except errors.NotFound:
+            return
         raise NotYet(f"claim {namespace}/{name} still exists")
 
     wait_for(gone, what=f"claim {namespace}/{name} to be deleted", timeout=120)
@@ -144,11 +143,11 @@ def taint_rule_version(api: Any) -> str | None:
     objects = kclient.CustomObjectsApi(api)
     for version in ("v1", "v1beta2", "v1alpha3"):
         try:
-            objects.list_cluster_custom_object(GROUP, version, "devicetaintrules", limit=1)
-        except ApiException as err:
-            if err.status == 404:
-                continue
-            raise
+            errors.call(f"cannot list {GROUP}/{version} devicetaintrules", lambda v=version:
+                        objects.list_cluster_custom_object(GROUP, v, "devicetaintrules",
+                                                           limit=1))
+        except errors.NotFound:
+            continue
         return version
     return None
 
@@ -198,8 +197,6 @@ def test_device_taint_rule_no_execute_evicts_only_pods_that_do_not_tolerate_it(
         tolerant: Any = k8s.read_pod(core_v1, namespace, "tolerant")
         assert tolerant.status.phase == "Running" and tolerant.metadata.deletion_timestamp is None
     finally:
-        try:
-            objects.delete_cluster_custom_object(GROUP, version, "devicetaintrules", rule)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        with contextlib.suppress(errors.NotFound):
+            errors.call(f"cannot delete DeviceTaintRule {rule}", lambda: objects
+                        .delete_cluster_custom_object(GROUP, version, "devicetaintrules", rule))

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
 
 PROBE_TIMEOUT_S = 10
 
@@ -34,11 +34,15 @@ def connect(kubeconfig: Path | None) -> client.ApiClient:
             AttributeError) as err:  # what load_kube_config raises on a broken file
         raise InvalidInput(f"{where}: not a usable kubeconfig: {_one_line(err)}") from err
     try:
-        client.VersionApi(probe).get_code(_request_timeout=PROBE_TIMEOUT_S)
-    except ApiException as err:
+        errors.call(f"the apiserver of {where} answered /version with", lambda: client.VersionApi(
+            probe).get_code(_request_timeout=PROBE_TIMEOUT_S))
+    except errors.Unreachable as err:
         api.close()  # type: ignore[no-untyped-call]
-        raise FakegpuError(f"the apiserver of {where} answered /version with {err.status} "
-                           f"{err.reason}") from err
+        raise FakegpuError(f"cannot reach the apiserver of {where}: "
+                           f"{_one_line(err.__cause__ or err)}") from err
+    except errors.KubeError as err:
+        api.close()  # type: ignore[no-untyped-call]
+        raise FakegpuError(str(err)) from err
     except Exception as err:  # refused, timed out, TLS, not Kubernetes at all
         api.close()  # type: ignore[no-untyped-call]
         raise FakegpuError(f"cannot reach the apiserver of {where}: "

@@ -17,6 +17,7 @@ the safety net for anything no event announced.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import threading
@@ -25,17 +26,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
 from fakegpu.kube.resource import GROUP
 
 from . import killpoint, kube, objects
 from .names import NOT_READY, PLURAL, VERSION, Names, daemonset_name
-from .reflector import DELETED, Reflector, Source
+from .reflector import DELETED, Reflector, Source, say
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+# A call that failed at the apiserver, mapped to the vocabulary or not (yet).
+API_ERRORS: tuple[type[Exception], ...] = (errors.KubeError, *kubeapi.ERRORS)
 TIMEOUT_S = kube.TIMEOUT_S
 COMPONENT = "fakegpu-compute-domain-controller"
 ALL = ""  # the work queue's key of a resync: reconcile every domain, collect orphans
@@ -125,7 +128,7 @@ class Controller:
             delay = self.queue.retry(key)
             log.warning("%s: %s; again in %.2fs",
                         "resync" if key == ALL else f"ComputeDomain uid={key}",
-                        _say(err), delay)
+                        say(err), delay)
         else:
             self.queue.forget(key)
 
@@ -167,9 +170,7 @@ class Controller:
         try:
             cd = kube.get_domain(self.api, self.names, seen["metadata"]["namespace"],
                                  seen["metadata"]["name"])
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        except errors.NotFound:
             return None
         return cd if cd["metadata"].get("uid") == uid else None
 
@@ -180,9 +181,9 @@ class Controller:
         for cd in domains:
             try:
                 self._handle(cd)
-            except ApiException as err:
-                log.warning("ComputeDomain %s/%s: %s %s", cd["metadata"]["namespace"],
-                            cd["metadata"]["name"], err.status, err.reason)
+            except API_ERRORS as err:
+                log.warning("ComputeDomain %s/%s: %s", cd["metadata"]["namespace"],
+                            cd["metadata"]["name"], say(err))
         self._collect_orphans(alive)
 
     def _handle(self, cd: dict[str, Any]) -> None:
@@ -266,12 +267,12 @@ class Controller:
         """Create the template when missing (True: created)."""
         meta = body["metadata"]
         try:
-            found = self._objects.get_namespaced_custom_object(
-                GROUP, self.resource_version, meta["namespace"], "resourceclaimtemplates",
-                meta["name"], _request_timeout=TIMEOUT_S)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            found = errors.call(
+                f"cannot read ResourceClaimTemplate {meta['namespace']}/{meta['name']}",
+                lambda: self._objects.get_namespaced_custom_object(
+                    GROUP, self.resource_version, meta["namespace"], "resourceclaimtemplates",
+                    meta["name"], _request_timeout=TIMEOUT_S))
+        except errors.NotFound:
             kubeapi.apply(self.api, [body], field_manager=COMPONENT)
             log.info("created ResourceClaimTemplate %s/%s", meta["namespace"], meta["name"])
             return True
@@ -286,11 +287,10 @@ class Controller:
         """Create the DaemonSet when missing (True: created)."""
         meta = body["metadata"]
         try:
-            self._apps.read_namespaced_daemon_set(meta["name"], meta["namespace"],
-                                                  _request_timeout=TIMEOUT_S)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            errors.call(f"cannot read DaemonSet {meta['namespace']}/{meta['name']}",
+                        lambda: self._apps.read_namespaced_daemon_set(
+                            meta["name"], meta["namespace"], _request_timeout=TIMEOUT_S))
+        except errors.NotFound:
             kubeapi.apply(self.api, [body], field_manager=COMPONENT)
             log.info("created DaemonSet %s/%s", meta["namespace"], meta["name"])
             return True
@@ -311,11 +311,8 @@ class Controller:
         if not self._cleanup(uid, channel_namespace=meta["namespace"]):
             return  # daemon pods still stopping: their deletion events bring the domain back
         meta["finalizers"] = [f for f in meta["finalizers"] if f != self.names.finalizer]
-        try:
+        with contextlib.suppress(errors.NotFound):
             kube.replace(self.api, self.names, cd)
-        except ApiException as err:
-            if err.status != 404:
-                raise
         log.info("ComputeDomain %s/%s: everything it had is gone", meta["namespace"],
                  meta["name"])
 
@@ -389,15 +386,6 @@ def _ready_count(cd: dict[str, Any]) -> int:
                if n.get("status") == "Ready")
 
 
-def _say(err: BaseException) -> str:
-    if isinstance(err, ApiException):
-        return f"{err.status} {err.reason}"
-    return f"{type(err).__name__}: {err}"
-
-
 def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as err:
-        if err.status != 404:
-            raise
+    with contextlib.suppress(errors.NotFound):
+        errors.call("cannot delete", call)

@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from fakegpu.errors import FakegpuError
+from fakegpu.kube import errors
 
 from . import fabric, kube, objects
 from .names import DAEMON_PORT, NOT_READY, READY, Names, daemon_endpoint
+from .reflector import say
 
 log = logging.getLogger(__name__)
 STABLE_ROUNDS = 2
@@ -84,8 +85,9 @@ class Daemon:
 
     def observe(self) -> Observation:
         cfg = self.cfg
-        pod = self._core.read_namespaced_pod(cfg.pod_name, cfg.pod_namespace,
-                                             _request_timeout=kube.TIMEOUT_S)
+        pod = errors.call(f"cannot read pod {cfg.pod_namespace}/{cfg.pod_name}",
+                          lambda: self._core.read_namespaced_pod(
+                              cfg.pod_name, cfg.pod_namespace, _request_timeout=kube.TIMEOUT_S))
         ip = pod.status.pod_ip or ""
         try:
             fab = fabric.read()
@@ -186,14 +188,14 @@ class Daemon:
                 break
             try:
                 self.step()
-            except ApiException as err:
-                if err.status == 404 and self._cd is not None:
+            except errors.NotFound as err:
+                if self._cd is None:
+                    log.warning("round failed: %s", err)
+                else:
                     log.info("daemon pod %s/%s is gone", self.cfg.pod_namespace,
                              self.cfg.pod_name)
-                else:
-                    log.warning("round failed: %s %s", err.status, err.reason)
             except Exception as err:  # the apiserver away a moment: next round
-                log.warning("round failed: %s", err)
+                log.warning("round failed: %s", say(err))
             stop.wait(self.cfg.interval_s)
         try:
             self.leave()

@@ -1,9 +1,10 @@
 """ComputeDomain reads and writes through the official client (CustomObjectsApi), shared by
-the controller, the plugin and the daemon; the resource.k8s.io version they speak; events on
-a domain (``fakegpu.kube.events``)."""
+the controller, the plugin and the daemon, failing in ``fakegpu.kube.errors``' vocabulary;
+the resource.k8s.io version they speak; events on a domain (``fakegpu.kube.events``)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -52,15 +53,16 @@ def resource_version(api: client.ApiClient) -> str:
 
 
 def list_domains(api: client.ApiClient, names: Names) -> list[dict[str, Any]]:
-    out = custom(api).list_cluster_custom_object(
-        names.group, VERSION, PLURAL, _request_timeout=TIMEOUT_S)
+    out = errors.call("cannot list ComputeDomains", lambda: custom(
+        api).list_cluster_custom_object(names.group, VERSION, PLURAL, _request_timeout=TIMEOUT_S))
     return list(out.get("items") or [])
 
 
 def get_domain(api: client.ApiClient, names: Names, namespace: str, name: str
                ) -> dict[str, Any]:
-    return dict(custom(api).get_namespaced_custom_object(
-        names.group, VERSION, namespace, PLURAL, name, _request_timeout=TIMEOUT_S))
+    return dict(errors.call(f"cannot read ComputeDomain {namespace}/{name}", lambda: custom(
+        api).get_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, name,
+                                          _request_timeout=TIMEOUT_S)))
 
 
 def find_domain(api: client.ApiClient, names: Names, uid: str) -> dict[str, Any] | None:
@@ -69,9 +71,11 @@ def find_domain(api: client.ApiClient, names: Names, uid: str) -> dict[str, Any]
 
 def replace(api: client.ApiClient, names: Names, cd: dict[str, Any]) -> dict[str, Any]:
     meta = cd["metadata"]
-    return dict(custom(api).replace_namespaced_custom_object(
-        names.group, VERSION, meta["namespace"], PLURAL, meta["name"], cd,
-        _request_timeout=TIMEOUT_S))
+    return dict(errors.call(
+        f"cannot replace ComputeDomain {meta['namespace']}/{meta['name']}",
+        lambda: custom(api).replace_namespaced_custom_object(
+            names.group, VERSION, meta["namespace"], PLURAL, meta["name"], cd,
+            _request_timeout=TIMEOUT_S)))
 
 
 def update_status(api: client.ApiClient, names: Names, namespace: str, name: str,
@@ -84,22 +88,22 @@ def update_status(api: client.ApiClient, names: Names, namespace: str, name: str
     for _ in range(CONFLICT_RETRIES):
         try:
             cd = get_domain(api, names, namespace, name)
-        except client.ApiException as err:
-            if err.status == 404:
-                return None
-            raise
+        except errors.NotFound:
+            return None
         status = change(dict(cd.get("status") or {}))
         if status is None or status == cd.get("status"):
             return cd
         cd["status"] = status
         try:
-            return dict(api_.replace_namespaced_custom_object_status(
-                names.group, VERSION, namespace, PLURAL, name, cd, _request_timeout=TIMEOUT_S))
-        except client.ApiException as err:
-            if err.status == 404:
-                return None
-            if err.status != 409:
-                raise
+            return dict(errors.call(
+                f"cannot write ComputeDomain {namespace}/{name}'s status",
+                functools.partial(api_.replace_namespaced_custom_object_status,
+                                  names.group, VERSION, namespace, PLURAL, name, cd,
+                                  _request_timeout=TIMEOUT_S)))
+        except errors.NotFound:
+            return None
+        except errors.Conflict:
+            continue
     raise RuntimeError(f"ComputeDomain {namespace}/{name}: status changed under every one of "
                        f"{CONFLICT_RETRIES} writes")
 
@@ -115,5 +119,5 @@ def event(api: client.ApiClient, names: Names, cd: dict[str, Any], reason: str,
 
 def label_node(api: client.ApiClient, node: str, key: str, value: str | None) -> None:
     """Set (or, with None, remove) one label of a node."""
-    core(api).patch_node(node, {"metadata": {"labels": {key: value}}},
-                                     _request_timeout=TIMEOUT_S)
+    errors.call(f"cannot label Node {node}", lambda: core(api).patch_node(
+        node, {"metadata": {"labels": {key: value}}}, _request_timeout=TIMEOUT_S))

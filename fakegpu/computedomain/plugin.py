@@ -47,10 +47,10 @@ from types import FrameType
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from fakegpu import fsutil
 from fakegpu.errors import FakegpuError, InvalidInput
+from fakegpu.kube import errors
 from fakegpu.kube.resource import GROUP
 from fakegpu.plugin import names as safe
 from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
@@ -525,14 +525,11 @@ class ComputeDomainDriver:
                         for r in self._records().values())
         if rec["kind"] == CHANNEL and not still:
             # The domain's last workload left this node: its daemon goes too (NVIDIA's way).
-            try:
-                node = kube.core(self.api).read_node(self.c.node,
-                                                             _request_timeout=kube.TIMEOUT_S)
+            with contextlib.suppress(errors.NotFound):
+                node = errors.call(f"cannot read Node {self.c.node}", lambda: kube.core(
+                    self.api).read_node(self.c.node, _request_timeout=kube.TIMEOUT_S))
                 if (node.metadata.labels or {}).get(self.names.label_key) == rec["domain"]:
                     kube.label_node(self.api, self.c.node, self.names.label_key, None)
-            except ApiException as err:
-                if err.status != 404:
-                    raise
         log.info("unprepared %s claim=%s/%s uid=%s", rec["kind"], ref.namespace, ref.name,
                  ref.uid)
 
@@ -578,34 +575,33 @@ def _reap() -> None:
 
 
 def publish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
-    node_uid = kube.core(api).read_node(node, _request_timeout=kube.TIMEOUT_S)
+    node_uid = errors.call(f"cannot read Node {node}", lambda: kube.core(api).read_node(
+        node, _request_timeout=kube.TIMEOUT_S))
     body = slice_object(names_, node, str(node_uid.metadata.uid), version)
+    name = body["metadata"]["name"]
     objects = kube.custom(api)
     try:
-        old = objects.get_cluster_custom_object(GROUP, version, "resourceslices",
-                                                body["metadata"]["name"],
-                                                _request_timeout=kube.TIMEOUT_S)
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        objects.create_cluster_custom_object(GROUP, version, "resourceslices", body,
-                                             _request_timeout=kube.TIMEOUT_S)
+        old = errors.call(f"cannot read ResourceSlice {name}", lambda: objects
+                          .get_cluster_custom_object(GROUP, version, "resourceslices", name,
+                                                     _request_timeout=kube.TIMEOUT_S))
+    except errors.NotFound:
+        errors.call(f"cannot create ResourceSlice {name}", lambda: objects
+                    .create_cluster_custom_object(GROUP, version, "resourceslices", body,
+                                                  _request_timeout=kube.TIMEOUT_S))
         return
     body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
     body["spec"]["pool"]["generation"] = int(old["spec"]["pool"].get("generation", 0)) + 1
-    objects.replace_cluster_custom_object(GROUP, version, "resourceslices",
-                                          body["metadata"]["name"], body,
-                                          _request_timeout=kube.TIMEOUT_S)
+    errors.call(f"cannot replace ResourceSlice {name}", lambda: objects
+                .replace_cluster_custom_object(GROUP, version, "resourceslices", name, body,
+                                               _request_timeout=kube.TIMEOUT_S))
 
 
 def unpublish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
-    try:
-        kube.custom(api).delete_cluster_custom_object(
-            GROUP, version, "resourceslices", f"{node}-{names_.driver}",
-            _request_timeout=kube.TIMEOUT_S)
-    except ApiException as err:
-        if err.status != 404:
-            raise
+    name = f"{node}-{names_.driver}"
+    with contextlib.suppress(errors.NotFound):
+        errors.call(f"cannot delete ResourceSlice {name}", lambda: kube.custom(api)
+                    .delete_cluster_custom_object(GROUP, version, "resourceslices", name,
+                                                  _request_timeout=kube.TIMEOUT_S))
 
 
 def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path,
@@ -637,9 +633,8 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     driver = ComputeDomainDriver(cfg, api, version)
     try:
         publish(api, names_, node, version)
-    except ApiException as err:
-        raise FakegpuError(f"cannot publish node {node}'s ResourceSlice: {err.status} "
-                           f"{err.reason}") from err
+    except errors.KubeError as err:
+        raise FakegpuError(f"cannot publish node {node}'s ResourceSlice: {err}") from err
     driver.restart_daemons()
     stop = stop or threading.Event()
 

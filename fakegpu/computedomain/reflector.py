@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
+
+from fakegpu.kube import errors
 
 from .workqueue import backoff_s
 
@@ -80,7 +81,7 @@ class Reflector:
                     break  # close() shut the watch's socket: its read fails, as it should
                 delay = backoff_s(failures)
                 failures += 1
-                log.warning("%s: %s; again in %.2fs", self.source.what, _say(err), delay)
+                log.warning("%s: %s; again in %.2fs", self.source.what, say(err), delay)
                 if stop.wait(delay):
                     break
 
@@ -98,9 +99,12 @@ class Reflector:
         if self.rv is None:
             self.rv = self.relist()
         try:
-            self.follow(self._stream(self.rv))
-        except (Expired, ApiException) as err:
-            if isinstance(err, ApiException) and err.status != GONE:
+            try:
+                self.follow(self._stream(self.rv))
+            except errors.CLIENT_ERRORS as err:
+                raise errors.translate(f"cannot watch {self.source.what}", err) from err
+        except (Expired, errors.KubeError) as err:
+            if isinstance(err, errors.KubeError) and err.status != GONE:
                 raise
             log.info("%s: watch expired at resourceVersion %s; listing again",
                      self.source.what, self.rv)
@@ -110,8 +114,8 @@ class Reflector:
         """List the source: the store becomes the list; every object is handed on as ADDED,
         every one that vanished since as DELETED. Returns the list's resourceVersion."""
         s = self.source
-        resp = s.list_call(*s.args, **s.kwargs, _preload_content=False,
-                           _request_timeout=LIST_TIMEOUT_S)
+        resp = errors.call(f"cannot list {s.what}", lambda: s.list_call(
+            *s.args, **s.kwargs, _preload_content=False, _request_timeout=LIST_TIMEOUT_S))
         body = json.loads(resp.data)
         items: list[dict[str, Any]] = list(body.get("items") or [])
         fresh = {_key(o): o for o in items}
@@ -135,7 +139,8 @@ class Reflector:
                 code = obj.get("code")
                 if code == GONE:
                     raise Expired(str(obj.get("message") or ""))
-                raise ApiException(status=code, reason=str(obj.get("message") or ""))
+                raise errors.KubeError(f"watch of {self.source.what} failed: HTTP {code} "
+                                       f"{obj.get('message') or ''}", int(code or 0))
             self.rv = str((obj.get("metadata") or {}).get("resourceVersion") or self.rv)
             if kind == BOOKMARK:
                 continue
@@ -169,7 +174,11 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
-def _say(err: BaseException) -> str:
-    if isinstance(err, ApiException):
-        return f"{err.status} {err.reason}"
+def say(err: BaseException) -> str:
+    """One line for a failed round: the error vocabulary's message (a raw client error
+    mapped to it first), else the error's type and text."""
+    if isinstance(err, errors.CLIENT_ERRORS):
+        err = errors.translate("apiserver call failed", err)
+    if isinstance(err, errors.KubeError):
+        return str(err)
     return f"{type(err).__name__}: {err}"

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kclient
-from kubernetes.client.exceptions import ApiException
 
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
+from fakegpu.kube.errors import KubeError
 from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import ResourceApi
@@ -120,15 +121,17 @@ def _as_driver(target: Target, account: str, node: str) -> Any:
     return api
 
 
-def _dry_run_label(api: Any, version: str, slice_name: str) -> ApiException | None:
-    """Label the slice in a server-side dry run (admission runs, nothing is stored)."""
+def _dry_run_label(api: Any, version: str, slice_name: str) -> KubeError | None:
+    """Label the slice in a server-side dry run (admission runs, nothing is stored); the
+    refusal, if any."""
     objects = kclient.CustomObjectsApi(api)
     try:
-        objects.patch_cluster_custom_object(
-            GROUP, version, "resourceslices", slice_name,
-            {"metadata": {"labels": {"conformance.fakegpu.dev/probe": "write"}}},
-            dry_run="All", _content_type="application/merge-patch+json")
-    except ApiException as err:
+        errors.call(f"cannot label ResourceSlice {slice_name}", lambda: objects
+                    .patch_cluster_custom_object(
+                        GROUP, version, "resourceslices", slice_name,
+                        {"metadata": {"labels": {"conformance.fakegpu.dev/probe": "write"}}},
+                        dry_run="All", _content_type="application/merge-patch+json"))
+    except KubeError as err:
         return err
     return None
 
@@ -149,7 +152,7 @@ def test_slices_written_only_by_own_node(target: Target, rapi: ResourceApi,
     try:
         refused = _dry_run_label(api, rapi.version, own)
         assert refused is None, (f"{account} bound to node {node} may not update its own "
-                                 f"slice {own}: HTTP {refused.status} {refused.body}")
+                                 f"slice {own}: {refused}")
         # Another node's slice: one it publishes, or (a single node with slices) the same
         # write from a token bound to another node.
         foreign = by_node.get(other_node)
@@ -163,6 +166,6 @@ def test_slices_written_only_by_own_node(target: Target, rapi: ResourceApi,
             what = f"slice {own} of node {node} (as node {other_node})"
         assert refused is not None, f"{account} bound to node {node} may write {what}"
         assert refused.status in (403, 422), (
-            f"writing {what}: expected a refusal, got HTTP {refused.status} {refused.body}")
+            f"writing {what}: expected a refusal, got {refused}")
     finally:
         api.close()

@@ -115,20 +115,17 @@ class Kube:
                 "status": {"devices": (claim.get("status") or {}).get("devices") or []}}
         objects = self._objects()
         args = (GROUP, self.version(), meta["namespace"], "resourceclaims", meta["name"])
+        what = f"cannot update status of ResourceClaim {meta['name']}"
         try:
-            try:
-                objects.patch_namespaced_custom_object_status(
-                    *args, body, _content_type="application/merge-patch+json",
-                    _request_timeout=TIMEOUT_S)
-            except client.ApiException as err:
-                if err.status != 422 or "status.allocation" not in errors.status_message(
-                        err.body):
-                    raise
-                objects.replace_namespaced_custom_object_status(
-                    *args, claim, _request_timeout=TIMEOUT_S)
-        except errors.CLIENT_ERRORS as err:
-            raise errors.translate(f"cannot update status of ResourceClaim {meta['name']}",
-                                   err) from err
+            call(what, lambda: objects.patch_namespaced_custom_object_status(
+                *args, body, _content_type="application/merge-patch+json",
+                _request_timeout=TIMEOUT_S))
+        except errors.Invalid as err:
+            # The message carries the apiserver's Status message, which names the field.
+            if err.status != 422 or "status.allocation" not in str(err):
+                raise
+            call(what, lambda: objects.replace_namespaced_custom_object_status(
+                *args, claim, _request_timeout=TIMEOUT_S))
 
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
         version = self.version()

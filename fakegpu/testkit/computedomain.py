@@ -7,6 +7,7 @@ Shared by the ComputeDomain and GB200 suites (4 nodes and the full 18-node rack)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubernetes import client as kclient
 from fakegpu.computedomain.names import PLURAL, VERSION, Names
 from fakegpu.deploy.manifests import NAMESPACE as DRIVER_NAMESPACE
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
 from fakegpu.kube.resource import GROUP
 
 from . import k8s
@@ -36,37 +38,37 @@ def body(names: Names, name: str, num_nodes: int, template: str) -> dict[str, An
 def create(k8s_client: Any, names: Names, namespace: str, name: str, num_nodes: int,
            template: str) -> dict[str, Any]:
     custom: Any = kclient.CustomObjectsApi(k8s_client)
-    out: dict[str, Any] = custom.create_namespaced_custom_object(
-        names.group, VERSION, namespace, PLURAL, body(names, name, num_nodes, template))
+    out: dict[str, Any] = errors.call(
+        f"cannot create ComputeDomain {namespace}/{name}",
+        lambda: custom.create_namespaced_custom_object(
+            names.group, VERSION, namespace, PLURAL, body(names, name, num_nodes, template)))
     return out
 
 
 def get(k8s_client: Any, names: Names, namespace: str, name: str) -> dict[str, Any]:
     custom: Any = kclient.CustomObjectsApi(k8s_client)
-    out: dict[str, Any] = custom.get_namespaced_custom_object(names.group, VERSION, namespace,
-                                                              PLURAL, name)
+    out: dict[str, Any] = errors.call(
+        f"cannot read ComputeDomain {namespace}/{name}",
+        lambda: custom.get_namespaced_custom_object(names.group, VERSION, namespace, PLURAL,
+                                                    name))
     return out
 
 
 def delete(k8s_client: Any, names: Names, namespace: str, name: str) -> None:
     """Ask for the domain's deletion (the controller's finalizer then cleans up); a domain
     already gone is fine."""
-    try:
-        kclient.CustomObjectsApi(k8s_client).delete_namespaced_custom_object(
-            names.group, VERSION, namespace, PLURAL, name)
-    except kclient.ApiException as err:
-        if err.status != 404:
-            raise
+    with contextlib.suppress(errors.NotFound):
+        errors.call(f"cannot delete ComputeDomain {namespace}/{name}", lambda: kclient
+                    .CustomObjectsApi(k8s_client).delete_namespaced_custom_object(
+                        names.group, VERSION, namespace, PLURAL, name))
 
 
 def gone(k8s_client: Any, names: Names, namespace: str, name: str) -> None:
     """A check: the domain no longer exists (NotYet while it does)."""
     try:
         get(k8s_client, names, namespace, name)
-    except kclient.ApiException as err:
-        if err.status == 404:
-            return
-        raise
+    except errors.NotFound:
+        return
     raise NotYet("still there")
 
 

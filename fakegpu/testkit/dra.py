@@ -8,17 +8,17 @@ that lags behind new fields.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as kclient
-from kubernetes.client.exceptions import ApiException
 
 from fakegpu import drivers
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
-from fakegpu.kube import pods
+from fakegpu.kube import errors, pods
 from fakegpu.kube.resource import GROUP
 
 from .k8s import (
@@ -29,8 +29,14 @@ from .k8s import (
 from .wait import NotYet
 
 
+def _where(namespace: str | None, name: object) -> str:
+    """``namespace/name``, or ``name`` for a cluster-scoped object."""
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
 class ResourceApi:
-    """CRUD on resource.k8s.io objects at the version the apiserver prefers."""
+    """CRUD on resource.k8s.io objects at the version the apiserver prefers; a failed call
+    raises in ``fakegpu.kube.errors``' vocabulary (NotFound, Forbidden, Invalid, ...)."""
 
     def __init__(self, api: Any, version: str | None = None) -> None:
         self.version = version or kubeapi.resource_version(api)
@@ -43,41 +49,43 @@ class ResourceApi:
     def create(self, plural: str, body: Mapping[str, Any], namespace: str | None = None
                ) -> dict[str, Any]:
         body = {"apiVersion": self.api_version, **body}
+        what = f"cannot create {plural} {_where(namespace, body['metadata'].get('name'))}"
         if namespace is None:
-            out: Any = self._objects.create_cluster_custom_object(GROUP, self.version, plural, body)
+            out: Any = errors.call(what, lambda: self._objects.create_cluster_custom_object(
+                GROUP, self.version, plural, body))
         else:
-            out = self._objects.create_namespaced_custom_object(
-                GROUP, self.version, namespace, plural, body)
+            out = errors.call(what, lambda: self._objects.create_namespaced_custom_object(
+                GROUP, self.version, namespace, plural, body))
         return dict(out)
 
     def get(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any]:
+        what = f"cannot read {plural} {_where(namespace, name)}"
         if namespace is None:
-            out: Any = self._objects.get_cluster_custom_object(GROUP, self.version, plural, name)
+            out: Any = errors.call(what, lambda: self._objects.get_cluster_custom_object(
+                GROUP, self.version, plural, name))
         else:
-            out = self._objects.get_namespaced_custom_object(
-                GROUP, self.version, namespace, plural, name)
+            out = errors.call(what, lambda: self._objects.get_namespaced_custom_object(
+                GROUP, self.version, namespace, plural, name))
         return dict(out)
 
     def items(self, plural: str, namespace: str | None = None, **kwargs: Any
              ) -> list[dict[str, Any]]:
+        what = f"cannot list {plural}{f' in {namespace}' if namespace else ''}"
         if namespace is None:
-            out: Any = self._objects.list_cluster_custom_object(
-                GROUP, self.version, plural, **kwargs)
+            out: Any = errors.call(what, lambda: self._objects.list_cluster_custom_object(
+                GROUP, self.version, plural, **kwargs))
         else:
-            out = self._objects.list_namespaced_custom_object(
-                GROUP, self.version, namespace, plural, **kwargs)
+            out = errors.call(what, lambda: self._objects.list_namespaced_custom_object(
+                GROUP, self.version, namespace, plural, **kwargs))
         return [dict(item) for item in out.get("items", [])]
 
     def delete(self, plural: str, name: str, namespace: str | None = None) -> None:
-        try:
-            if namespace is None:
+        """Delete the object; one already gone is fine."""
+        with contextlib.suppress(errors.NotFound):
+            errors.call(f"cannot delete {plural} {_where(namespace, name)}", lambda: (
                 self._objects.delete_cluster_custom_object(GROUP, self.version, plural, name)
-            else:
-                self._objects.delete_namespaced_custom_object(
-                    GROUP, self.version, namespace, plural, name)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+                if namespace is None else self._objects.delete_namespaced_custom_object(
+                    GROUP, self.version, namespace, plural, name)))
 
     # --- conveniences ---------------------------------------------------------------------------
 
@@ -103,10 +111,8 @@ class ResourceApi:
         def allocated() -> dict[str, Any]:
             try:
                 claim = self.claim(namespace, name)
-            except ApiException as err:
-                if err.status == 404:
-                    raise NotYet(f"claim {namespace}/{name} does not exist yet") from err
-                raise
+            except errors.NotFound as err:
+                raise NotYet(f"claim {namespace}/{name} does not exist yet") from err
             if not (claim.get("status") or {}).get("allocation"):
                 raise NotYet(f"claim {namespace}/{name} not allocated: {claim.get('status')}")
             return claim

@@ -18,6 +18,7 @@ have a resolution of one second).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import threading
@@ -27,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kubernetes import client as kclient
-from kubernetes.client.exceptions import ApiException
 
+from fakegpu.kube import errors
 from fakegpu.kube.errors import KubeError
 
 from .dra import PodClaim, ResourceApi, pod_manifest
@@ -131,7 +132,7 @@ class PodLoad:
 
     def start(self) -> None:
         req = self.resources.device_request("gpu", self.device_class)
-        with contextlib.suppress(ApiException):  # exists from an earlier load in this namespace
+        with contextlib.suppress(errors.Conflict):  # made by an earlier load in this namespace
             self.resources.create("resourceclaimtemplates",
                                   self.resources.claim_template(TEMPLATE, [req]), self.namespace)
         self._t0, self._wall0 = time.monotonic(), time.time()
@@ -226,8 +227,10 @@ class PodLoad:
                 if rec is not None and line not in rec.warnings:
                     rec.warnings.append(line)
         for name in done:
-            with contextlib.suppress(ApiException):
-                self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+            with contextlib.suppress(errors.KubeError):  # best effort: the namespace goes too
+                errors.call(f"cannot delete pod {self.namespace}/{name}", functools.partial(
+                    self.core.delete_namespaced_pod, name, self.namespace,
+                    grace_period_seconds=0))
 
     def _update(self, rec: PodRecord, pod: Any, claims: Mapping[str, dict[str, Any]],
                 now: float) -> None:

@@ -14,6 +14,7 @@ from fakegpu.computedomain import kube
 from fakegpu.computedomain.names import for_gpu_driver
 from fakegpu.deploy.manifests import Install
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
 from fakegpu.wait import NotYet, wait_for
 
 NAMES = for_gpu_driver("gpu.nvidia.com")
@@ -31,8 +32,8 @@ def control_plane(bare_control_plane: Any
         def established() -> None:
             try:
                 kube.list_domains(c, NAMES)
-            except client.ApiException as err:
-                raise NotYet(str(err.status)) from err
+            except errors.KubeError as err:
+                raise NotYet(str(err)) from err
 
         wait_for(established, what="the ComputeDomain CRD to be served", timeout=60)
         yield c, cp

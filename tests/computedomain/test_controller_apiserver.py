@@ -24,6 +24,7 @@ from fakegpu.computedomain.controller import KILL_STEPS, Config, Controller
 from fakegpu.computedomain.names import PLURAL, VERSION, daemonset_name, for_gpu_driver
 from fakegpu.deploy.manifests import NAMESPACE
 from fakegpu.kube import api as kubeapi
+from fakegpu.kube import errors
 from fakegpu.wait import NotYet, WaitTimeout, wait_for
 
 pytestmark = pytest.mark.integration
@@ -110,9 +111,8 @@ def test_a_domain_gets_its_objects_status_and_a_clean_deletion(api: client.ApiCl
     core.delete_namespaced_pod("imex-n0", NAMESPACE, grace_period_seconds=0)
     ctl.reconcile_all()
     # ...and once it is gone, nothing is left.
-    with pytest.raises(client.ApiException) as gone:
+    with pytest.raises(errors.NotFound):
         kube.get_domain(api, NAMES, "job", "d")
-    assert gone.value.status == 404
     for ns in ("job", NAMESPACE):
         assert not custom.list_namespaced_custom_object(
             "resource.k8s.io", "v1", ns, "resourceclaimtemplates")["items"]
@@ -216,8 +216,8 @@ def _found(call: Callable[[], Any], what: str) -> Any:
     """``call()``'s object; NotYet while it is 404."""
     try:
         return call()
-    except client.ApiException as err:
-        if err.status != 404:
+    except (errors.KubeError, client.ApiException) as err:  # kube's calls, or raw ones
+        if not errors.is_not_found(err):
             raise
         raise NotYet(f"no {what}") from err
 
@@ -225,8 +225,8 @@ def _found(call: Callable[[], Any], what: str) -> Any:
 def _gone(call: Callable[[], Any], what: str) -> None:
     try:
         call()
-    except client.ApiException as err:
-        if err.status == 404:
+    except (errors.KubeError, client.ApiException) as err:  # kube's calls, or raw ones
+        if errors.is_not_found(err):
             return
         raise
     raise NotYet(f"{what} still there")

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from fakegpu.computedomain.reflector import Reflector, Source
+from fakegpu.computedomain.reflector import Reflector, Source, say
+from fakegpu.kube import errors
 
 Event = Mapping[str, Any]
 
@@ -105,3 +106,20 @@ def test_other_errors_back_off_and_resume_from_the_last_version_without_a_relist
     assert api.watched_from == ["5", "6"]
     assert len(api.list_kwargs) == 1
     assert api.seen == [("ADDED", "d"), ("ADDED", "e")]
+
+
+@pytest.mark.parametrize("failure", [
+    ApiException(status=403, reason="Forbidden"),  # what the client raises
+    {"type": "ERROR", "object": {"kind": "Status", "code": 403, "message": "no watch"}},
+], ids=["exception", "error-event"])
+def test_a_failed_watch_raises_in_the_one_error_vocabulary(failure: Event | Exception) -> None:
+    """Not an expiry: the round fails with a KubeError naming the source and the status (what
+    the controller's and the daemon's logs print), and the version seen is kept."""
+    api = Api(lists=[("5", [])], streams=[[{"type": "ADDED", "object": obj("d", "6")},
+                                           failure]])
+    r = api.reflector()
+    with pytest.raises(errors.KubeError, match="things") as failed:
+        r.step()
+    assert failed.value.status == 403
+    assert r.rv == "6"
+    assert say(failed.value) == str(failed.value) and "\n" not in say(failed.value)

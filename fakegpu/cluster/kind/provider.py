@@ -5,26 +5,34 @@ plugin image, Helm chart, readiness) that ``lifecycle.py`` runs, as it runs the 
 provider's: validation, progress, logs and cleanup on failure are written there once.
 State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json`` (``state.py``).
 
-Longer than ~400 lines: the bring-up's steps use the provider's tools (kind, docker, kubectl)
-and stay beside them; the embedded provider's split (one module per concern) is the model
-for the next step here.
+Work on a node's plugin pod (which one, fakegpu run in it, its NVML state checked) is in
+``pluginpod.py``. Slightly over ~400 lines on purpose: what is left is the protocol and the
+bring-up steps, which share the provider's ``kind`` wrapper and policy; moving the steps out
+would have another module call this one's private methods (what the embedded split removed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from fakegpu.cluster import featuregates, imagealiases, inotify
-from fakegpu.cluster.artifacts import binaries, images
-from fakegpu.cluster.kind import config, dockerhost, image, nodefiles, nodeimage, tools
+from fakegpu.cluster.artifacts import images
+from fakegpu.cluster.kind import (
+    config,
+    dockerhost,
+    image,
+    nodefiles,
+    nodeimage,
+    pluginpod,
+    tools,
+)
 from fakegpu.cluster.kind.state import KindState, clusters_dir
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
@@ -46,8 +54,6 @@ NAMESPACE = manifests.NAMESPACE
 # nvmlInContainers.*): fakegpu's static nvidia-smi and the fake libnvidia-ml.so.1.
 NODE_TOOLS = {"nvidiaSmi": "/var/lib/fakegpu/bin/nvidia-smi",
               "library": "/var/lib/fakegpu/lib/libnvidia-ml.so.1"}
-# Where the plugin pod keeps its node's NVML state (the chart's nvml-state volume).
-STATE_DIR_IN_POD = "/run/fakegpu"
 
 
 def choose_node_image(docker: Path, version: str, console: Console) -> str:
@@ -147,33 +153,17 @@ class KindProvider:
                    WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
     def _nvml_copies(self, st: KindState, topo: Topology) -> None:
-        """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), and check
-        it is byte for byte what that node's plugin pod rendered: suites read GPU identities
-        from it, so a difference would make them compare against the wrong machine."""
+        """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), the same
+        bytes as its plugin pod's (``pluginpod.check_states``)."""
         from fakegpu.nvml import env as nvml_env
 
-        with kubeapi.session(st.kubeconfig) as api:
-            pods = kubeapi.pods(api, NAMESPACE)
-        on_node = {p["spec"]["nodeName"]: p["metadata"]["name"] for p in pods
-                   if p["status"].get("phase") == "Running"}
-        for node in st.workers:
-            path = nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
-            inside = self._kubectl(st, "-n", NAMESPACE, "exec", on_node[node], "--", "sha256sum",
-                                   f"{STATE_DIR_IN_POD}/{node}.state").stdout.split()[0]
-            here = hashlib.sha256(path.read_bytes()).hexdigest()
-            if inside != here:
-                raise FakegpuError(f"node {node}: the plugin pod's NVML state differs from the "
-                                   f"one rendered on the host ({inside[:12]} != {here[:12]})")
+        pluginpod.check_states(st, {
+            node: nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
+            for node in st.workers})
 
     @staticmethod
     def nvml_state(st: KindState, node: str) -> Path:
         return st.root / "nvml" / f"{node}.state"
-
-    def _kubectl(self, st: KindState, *args: str, input_text: str | None = None,
-                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
-        return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), *args], timeout=timeout,
-                   input_text=input_text)
 
     def _containers(self, st: KindState) -> dict[str, str]:
         """Kubernetes node name -> kind container, matched by the node's InternalIP."""
@@ -342,21 +332,9 @@ class KindProvider:
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
-        # The node's NVML state lives in its plugin pod (rendered there at start, see
-        # fakegpu/node/entrypoint.py): run the command in that pod, against that file.
+        # The node's NVML state lives in its plugin pod: the command runs there.
         st = self._ready_state(name)
-        self._worker(st, node)
-        with kubeapi.session(st.kubeconfig) as api:
-            pod = plugin_pod(kubeapi.pods(api, NAMESPACE), node)
-        if pod is None:
-            raise FakegpuError(f"node {node!r} of cluster {name!r} has no running plugin pod "
-                               f"(namespace {NAMESPACE})")
-        kubectl = binaries.ensure(st.k8s_version, console=self.console).kubectl
-        return run([str(kubectl), "--kubeconfig", str(st.kubeconfig), "-n", NAMESPACE, "exec",
-                    pod, "-c", "plugin", "--",
-                    "/opt/fakegpu/bin/python", "-m", "fakegpu", *args,
-                    "--state", f"{STATE_DIR_IN_POD}/{node}.state"],
-                   timeout=120, check=False)
+        return pluginpod.run_fakegpu(st, self._worker(st, node), args)
 
     def plugin_instances(self, name: str) -> PluginInstances:
         from fakegpu.cluster.kind import upgrade
@@ -390,20 +368,6 @@ class KindProvider:
                                f"(workers: {', '.join(st.workers)})")
         return node
 
-
-
-def plugin_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
-    """The name of ``node``'s running plugin pod; during a rolling update two run, and the
-    newer one is the one the kubelet uses. Pure. Other pods of the namespace (the
-    compute-domain plugin, IMEX daemons) have no container named ``plugin``."""
-    running = [p for p in pods if p["spec"].get("nodeName") == node
-               and p["status"].get("phase") == "Running"
-               and not p["metadata"].get("deletionTimestamp")
-               and any(c.get("name") == "plugin" for c in p["spec"].get("containers") or [])]
-    if not running:
-        return None
-    return str(max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-               ["metadata"]["name"])
 
 
 def _tag_images(st: KindState, names: Sequence[str]) -> None:
