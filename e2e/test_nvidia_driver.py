@@ -81,13 +81,16 @@ def api(nvidia_cluster: ClusterInfo) -> Any:
     return k8s.new_api_client(nvidia_cluster.kubeconfig)
 
 
-@pytest.fixture()
-def ns(api: Any) -> Iterator[str]:
+def namespace(api: Any, prefix: str) -> Iterator[str]:
     core = kclient.CoreV1Api(api)
-    name = k8s.create_namespace(core, prefix="e2e-nvidia-driver",
-                                labels={"fakegpu.dev/test": "e2e"})
+    name = k8s.create_namespace(core, prefix=prefix, labels={"fakegpu.dev/test": "e2e"})
     yield name
     k8s.delete_namespace(core, name)
+
+
+@pytest.fixture()
+def ns(api: Any) -> Iterator[str]:
+    yield from namespace(api, "e2e-nvidia-driver")
 
 
 def nvml_uuids(cluster: ClusterInfo) -> tuple[set[str], set[str]]:
@@ -214,10 +217,7 @@ def dmig_api(dmig_cluster: ClusterInfo) -> Any:
 
 @pytest.fixture()
 def dmig_ns(dmig_api: Any) -> Iterator[str]:
-    core = kclient.CoreV1Api(dmig_api)
-    name = k8s.create_namespace(core, prefix="e2e-nvidia-dmig", labels={"fakegpu.dev/test": "e2e"})
-    yield name
-    k8s.delete_namespace(core, name)
+    yield from namespace(dmig_api, "e2e-nvidia-dmig")
 
 
 def node_mig_devices(cluster: ClusterInfo) -> list[dict[str, Any]]:

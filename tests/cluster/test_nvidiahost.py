@@ -75,8 +75,8 @@ for i in range(n.nvmlDeviceGetCount()):
 print(json.dumps(out))
 """
 
-CREATE_1G = """
-import json, pynvml as n
+MAKE_1G = """
+import json, os, pynvml as n
 n.nvmlInit()
 h = n.nvmlDeviceGetHandleByIndex(0)
 profile = n.nvmlDeviceGetGpuInstanceProfileInfo(h, n.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
@@ -84,6 +84,8 @@ gi = n.nvmlDeviceCreateGpuInstance(h, profile.id)
 info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
     gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 ci = n.nvmlGpuInstanceCreateComputeInstance(gi, info.id)
+"""
+CREATE_1G = MAKE_1G + """
 print(json.dumps([n.nvmlGpuInstanceGetInfo(gi).id, n.nvmlComputeInstanceGetInfo(ci).id]))
 """
 
@@ -246,16 +248,8 @@ def test_the_running_plugin_sees_an_instance_made_after_it_started(node_state: P
     assert f"{caps}/gpu0/mig/gi{gi}/ci{ci}/access" in out.splitlines(), out
 
 
-CREATE_CHECK_DESTROY = """
-import json, os, pynvml as n
-n.nvmlInit()
+CREATE_CHECK_DESTROY = MAKE_1G + """
 caps = os.environ.get("CAPS_ROOT") or os.environ["FAKEGPU_NVML_CAPS_DIR"]
-h = n.nvmlDeviceGetHandleByIndex(0)
-profile = n.nvmlDeviceGetGpuInstanceProfileInfo(h, n.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
-gi = n.nvmlDeviceCreateGpuInstance(h, profile.id)
-info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-    gi, n.NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-ci = n.nvmlGpuInstanceCreateComputeInstance(gi, info.id)
 g, c = n.nvmlGpuInstanceGetInfo(gi).id, n.nvmlComputeInstanceGetInfo(ci).id
 files = {}
 for rel in (f"gpu0/mig/gi{g}/access", f"gpu0/mig/gi{g}/ci{c}/access"):
