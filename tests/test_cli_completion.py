@@ -121,7 +121,13 @@ def test_zsh_registers_the_script_given_to_eval(zsh: str, tmp_path: Path) -> Non
     assert function.startswith("_") and defined == "1", done.stdout
 
 
-@pytest.mark.parametrize(("line", "offered", "hidden"), CASES, ids=lambda c: str(c))
+def _case_id(value: object) -> str:
+    # sorted: a set's order changes with each process's hash seed, and pytest-xdist's workers
+    # must all collect the same ids
+    return " ".join(sorted(value)) if isinstance(value, (set, frozenset)) else str(value)
+
+
+@pytest.mark.parametrize(("line", "offered", "hidden"), CASES, ids=_case_id)
 def test_zsh_completes_commands_and_options(zsh: str, tmp_path: Path, line: str,
                                             offered: set[str], hidden: set[str]) -> None:
     fpath = tmp_path / "fpath"
@@ -140,7 +146,7 @@ def test_zsh_completes_commands_and_options(zsh: str, tmp_path: Path, line: str,
     assert not hidden & words, f"{line!r}: hidden aliases offered: {hidden & words}"
 
 
-@pytest.mark.parametrize(("line", "offered", "hidden"), CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize(("line", "offered", "hidden"), CASES, ids=_case_id)
 def test_bash_completes_commands_and_options(tmp_path: Path, line: str, offered: set[str],
                                              hidden: set[str]) -> None:
     bash = shutil.which("bash")
