@@ -23,6 +23,10 @@ library does the same for the processes given FAKEGPU_NVML_CAPS_DIR (the plugin:
 returns with the files in place), and ``sync_capabilities`` follows the NVML state file (its
 seqlock generation changes with every write) for every other writer, so the files come and go
 with the instances.
+
+One module, a little over 400 lines, on purpose: it is the one description of that host (what
+NVIDIA's plugin reads, its numbering, the state's reading under the seqlock and the writing),
+and each half is the other's test oracle; split, the minors' layout would live in two places.
 """
 
 from __future__ import annotations
