@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
+SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/kubeletplugin/proto/*.proto)
 
 .PHONY: demo test test-nvidia test-kind test-upgrade-kind lint fuzz bench clean
 

@@ -52,13 +52,12 @@ from fakegpu import fsutil
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import errors
 from fakegpu.kube.resource import GROUP
-from fakegpu.plugin import names as safe
-from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
-from fakegpu.plugin.driver import PrepareResult
-from fakegpu.plugin.prepare import ClaimRef
-from fakegpu.plugin.run import usable_dir
-from fakegpu.plugin.server import PluginServers
-from fakegpu.plugin.sockets import socket_paths
+from fakegpu.kubeletplugin import names as safe
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
+from fakegpu.kubeletplugin.claims import ClaimRef, PrepareResult
+from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.sockets import socket_paths
+from fakegpu.kubeletplugin.startup import usable_dir
 from fakegpu.wait import NotYet, wait_for
 
 from . import fabric, killpoint, kube
@@ -271,16 +270,11 @@ def spec_filename(names_: Names, uid: str) -> str:
 # --- the driver --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _DriverName:
-    driver: str
-
-
 class ComputeDomainDriver:
-    """What ``fakegpu.plugin.server`` calls: prepare / unprepare, one result per claim."""
+    """What ``fakegpu.kubeletplugin.server`` calls: prepare / unprepare, one result per claim."""
 
     def __init__(self, cfg: Config, api: client.ApiClient, resource_version: str) -> None:
-        self.cfg = _DriverName(cfg.names.driver)
+        self.driver_name = cfg.names.driver
         self.c = cfg
         self.names = cfg.names
         self.api = api
@@ -644,7 +638,7 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    servers = PluginServers(driver, paths, 8)  # type: ignore[arg-type]
+    servers = PluginServers(driver, paths, 8)
     log.info("serving driver=%s node=%s dra=%s", driver_name, node, paths.dra)
     while not stop.wait(2.0):
         _reap()

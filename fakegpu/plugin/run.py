@@ -10,7 +10,6 @@ to adopt; should none come, the kubelet removes them after its grace period.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -18,18 +17,20 @@ from pathlib import Path
 from types import FrameType
 
 from fakegpu import drivers
-from fakegpu.errors import InvalidInput, printable
+from fakegpu.errors import InvalidInput
+from fakegpu.kubeletplugin import names
+from fakegpu.kubeletplugin.checkpoint import Records
+from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.sockets import socket_paths
+from fakegpu.kubeletplugin.startup import other_instances_alive, usable_dir
 
-from . import discovery, healthsvc, names, version
-from .checkpoint import Records
+from . import discovery, healthsvc, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .kube import Kube
 from .probe import ReadinessEndpoint
 from .publish import SlicePublisher, merge_taints
-from .server import PluginServers
-from .sockets import SocketPaths, socket_alive, socket_paths
 
 log = logging.getLogger(__name__)
 
@@ -52,27 +53,6 @@ class Options:
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
     probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
-
-
-def usable_dir(flag: str, path: Path) -> None:
-    """Make ``path`` (absolute: the kubelet and the runtime resolve it from elsewhere) or say in
-    one line why it cannot be, before the servers, the checkpoint or a CDI spec fail on it."""
-    if not path.is_absolute():
-        raise InvalidInput(f"{flag}: {printable(str(path))} is a relative path, expected an "
-                           "absolute one")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InvalidInput(f"{flag}: cannot create directory {printable(str(path))}: "
-                           f"{err.strerror or err}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise InvalidInput(f"{flag}: directory {printable(str(path))} is not writable")
-
-
-def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
-    registry = kubelet_root / "plugins_registry"
-    candidates = {*registry.glob(f"{driver}-reg.sock"), *registry.glob(f"{driver}-*-reg.sock")}
-    return any(p != own.registration and socket_alive(p) for p in candidates)
 
 
 def run(opts: Options, stop: threading.Event | None = None) -> int:

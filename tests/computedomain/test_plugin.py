@@ -9,7 +9,7 @@ import pytest
 from fakegpu.computedomain import plugin
 from fakegpu.computedomain.fabric import GpuFabric, NodeFabric
 from fakegpu.computedomain.names import daemon_endpoint, for_gpu_driver
-from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.kubeletplugin.claims import ClaimRef
 
 NAMES = for_gpu_driver("gpu.nvidia.com")
 REF = ClaimRef("ns", "c", "uid-1")
