@@ -12,12 +12,19 @@ root port, switch upstream and downstream ports, the endpoint), with ``vendor``,
 links. Bridge names below the root are illustrative; the root's and endpoints' are the
 topology's. A node without a known tree gets no view, and its GPUs publish no root.
 
+A NIC's directory holds what a network driver reads there: ``net/<interface>/address`` (the
+MAC, ``mac``), ``net/<interface>/speed`` (Mb/s, as the kernel writes it), for an RDMA port
+``infiniband/<rdma device>/`` and ``infiniband_verbs/uverbs<N>/{ibdev,dev}`` (N counts the
+node's RDMA ports in the topology's order), and ``net/<interface>/fakegpu_role`` (the
+topology's ``role``, which no real sysfs file says).
+
 Processes find it through ``FAKEGPU_SYSFS`` (set beside the NVML state variable), as they find
 the fake library through the loader path; unset, they read the real ``/sys``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -31,6 +38,15 @@ GPU_CLASS = "0x030200"  # 3D controller, as data-centre GPUs report it
 NIC_CLASS = {"ib": "0x020700", "en": "0x020000"}  # InfiniBand / Ethernet controller
 # PCI device ids of the NIC models the catalog names (the pci.ids database).
 NIC_DEVICE = {"ConnectX-6": "0x101b", "ConnectX-7": "0x1021", "BlueField-3": "0xa2dc"}
+UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192  # /dev/infiniband/uverbs<N>: char 231:192+N
+ROLE_FILE = "fakegpu_role"
+
+
+def mac(node: str, interface: str) -> str:
+    """The NIC's MAC: stable per node and interface, locally administered (02:...) so it can
+    never be a real vendor's address."""
+    digest = hashlib.sha256(f"{node}/{interface}".encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
 def path_for(state: str | Path) -> Path:
@@ -77,12 +93,28 @@ def render(node: Node, target: str | Path) -> Path | None:
         return {"vendor": NVIDIA_VENDOR, "device": f"0x{gpu.product.pci_device_id:04x}",
                 "class": GPU_CLASS, "numa_node": str(root.numa_node)}
 
+    rdma_ports = [n.name for n in tree.nics if n.rdma]
+
     def nic(parent: Path, index: int, root: PcieRoot) -> None:
         card = tree.nics[index]
         kind = "ib" if card.name.startswith("ib") else "en"
         files = {"vendor": MELLANOX_VENDOR, "device": NIC_DEVICE.get(card.model, "0x0000"),
                  "class": NIC_CLASS[kind], "numa_node": str(root.numa_node)}
-        (endpoint(parent, card.pci, files) / "net" / card.name).mkdir(parents=True)
+        where = endpoint(parent, card.pci, files)
+        net = where / "net" / card.name
+        net.mkdir(parents=True)
+        for name, value in (("address", mac(node.name, card.name)),
+                            ("speed", str(round(card.gbps * 1000))),
+                            (ROLE_FILE, str(card.role))):
+            (net / name).write_text(value + "\n", encoding="ascii")
+        if card.rdma:
+            (where / "infiniband" / card.rdma).mkdir(parents=True)
+            n = rdma_ports.index(card.name)
+            verbs = where / "infiniband_verbs" / f"uverbs{n}"
+            verbs.mkdir(parents=True)
+            (verbs / "ibdev").write_text(card.rdma + "\n", encoding="ascii")
+            (verbs / "dev").write_text(f"{UVERBS_MAJOR}:{UVERBS_MINOR_BASE + n}\n",
+                                       encoding="ascii")
 
     for switch in tree.switches:
         root = tree.roots[switch.root]

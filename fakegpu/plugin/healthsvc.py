@@ -25,9 +25,10 @@ from typing import Any
 import grpc
 
 from fakegpu.kubeletplugin.proto import dra_health_v1_pb2, dra_health_v1alpha1_pb2
+from fakegpu.kubeletplugin.slicepool import Taint
 
 from .discovery import Inventory
-from .slices import TAINT_GPU_LOST, Taint, unhealthy
+from .slices import TAINT_GPU_LOST, unhealthy
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from fakegpu import drivers
 from fakegpu.errors import InvalidInput
 from fakegpu.kubeletplugin import names
 from fakegpu.kubeletplugin.checkpoint import Records
+from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.sockets import socket_paths
 from fakegpu.kubeletplugin.startup import other_instances_alive, usable_dir
@@ -28,7 +29,6 @@ from . import discovery, healthsvc, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
-from .kube import Kube
 from .probe import ReadinessEndpoint
 from .publish import SlicePublisher, merge_taints
 
