@@ -51,13 +51,16 @@ from kubernetes import client
 from fakegpu import fsutil
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import errors
+from fakegpu.kube.errors import KubeError
 from fakegpu.kube.resource import GROUP
+from fakegpu.kubeletplugin import cdispec, slicepool
 from fakegpu.kubeletplugin import names as safe
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
-from fakegpu.kubeletplugin.claims import ClaimRef, PrepareResult
+from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef, PrepareResult, allocated_results
+from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.sockets import socket_paths
-from fakegpu.kubeletplugin.startup import usable_dir
+from fakegpu.kubeletplugin.startup import other_instances_alive, usable_dir
 from fakegpu.wait import NotYet, wait_for
 
 from . import fabric, killpoint, kube
@@ -83,8 +86,8 @@ CHANNELS = 8  # channel-0 .. channel-7 published per node (NVIDIA's driver: up t
 # from /proc/devices "nvidia-caps-imex-channels"), minor = channel number.
 IMEX_MAJOR = 511
 READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retries
-CDI_VERSION = "0.6.0"
 CDI_CLASS = "imex"
+MANAGED_BY = "fakegpu-compute-domain-plugin"
 DAEMON_STOP_S = 5.0
 # From a daemon's Popen until /proc shows its command line: moments, unless very loaded.
 DAEMON_EXEC_S = 10.0
@@ -107,31 +110,35 @@ class Config:
 # --- pure pieces -------------------------------------------------------------------------------
 
 
-def devices() -> list[dict[str, Any]]:
-    """This node's devices, in ResourceSlice form (resource.k8s.io v1/v1beta2). Every domain on the
-    node shares them: allowMultipleAllocations (an apiserver without DRAConsumableCapacity
-    drops it, and then one domain at a time uses a node)."""
+def devices(version: str) -> list[dict[str, Any]]:
+    """This node's devices, in ResourceSlice form. Every domain on the node shares them:
+    allowMultipleAllocations (an apiserver without DRAConsumableCapacity drops it, and then
+    one domain at a time uses a node)."""
     def device(kind: str, index: int) -> dict[str, Any]:
-        return {"name": f"{kind}-{index}", "allowMultipleAllocations": True,
-                "attributes": {"type": {"string": kind}, "id": {"int": index}}}
+        return slicepool.device(f"{kind}-{index}", {
+            "allowMultipleAllocations": True,
+            "attributes": {"type": {"string": kind}, "id": {"int": index}}}, version)
 
     return [*(device(CHANNEL, i) for i in range(CHANNELS)), device(DAEMON, 0)]
 
 
-def slice_object(names: Names, node: str, node_uid: str, version: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{version}", "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{names.driver}",
-                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
-                                          "uid": node_uid, "controller": True}]},
-        "spec": {"driver": names.driver, "nodeName": node,
-                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                 "devices": devices()},
-    }
+def slice_object(names: Names, node: str, owner: dict[str, Any] | None, version: str,
+                 generation: int = 1) -> dict[str, Any]:
+    return slicepool.pool_slice(names.driver, node, version, generation, devices(version),
+                                owner, MANAGED_BY)
 
 
-class ClaimError(Exception):
-    """This claim cannot be prepared: the message is its error (one line)."""
+class Publisher(slicepool.PoolPublisher):
+    """The node's one slice, kept by the base's pool publisher."""
+
+    def __init__(self, api: slicepool.SliceApi, names_: Names, node: str) -> None:
+        super().__init__(api, names_.driver, node, interval_s=30.0,
+                         name="cd-slice-publisher")
+        self._names = names_
+
+    def desired(self, version: str, generation: int,
+                owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return [slice_object(self._names, self._node, owner, version, generation)]
 
 
 @dataclass(frozen=True)
@@ -159,13 +166,8 @@ def plan(claim: dict[str, Any], ref: ClaimRef, names: Names, node: str) -> Plan:
     """The claim's devices of our driver on this node and its domain config. Raises
     ClaimError."""
     where = f"ResourceClaim {ref.namespace}/{ref.name}"
-    if (claim.get("metadata") or {}).get("uid") != ref.uid:
-        raise ClaimError(f"{where} has another UID (deleted and recreated)")
+    results = allocated_results(claim, ref, names.driver)
     allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = [r for r in (allocation.get("devices") or {}).get("results") or []
-               if r.get("driver") == names.driver]
-    if not results:
-        raise ClaimError(f"{where} has no devices allocated by driver {names.driver}")
     allocated = []
     for r in results:
         if r.get("pool") != node:
@@ -259,12 +261,12 @@ def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str,
             if daemon:
                 edits["env"].append(f"{ENV_DAEMON}={daemon}")
         devs.append({"name": f"{p.ref.uid}-{a.device}", "containerEdits": edits})
-    return {"cdiVersion": CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
+    return {"cdiVersion": cdispec.CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
             "devices": devs}
 
 
 def spec_filename(names_: Names, uid: str) -> str:
-    return f"{names_.driver.replace('.', '_')}-claim_{uid}.json"
+    return cdispec.spec_filename(names_.driver, uid)
 
 
 # --- the driver --------------------------------------------------------------------------------
@@ -568,36 +570,6 @@ def _reap() -> None:
 # --- run -------------------------------------------------------------------------------------
 
 
-def publish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
-    node_uid = errors.call(f"cannot read Node {node}", lambda: kube.core(api).read_node(
-        node, _request_timeout=kube.TIMEOUT_S))
-    body = slice_object(names_, node, str(node_uid.metadata.uid), version)
-    name = body["metadata"]["name"]
-    objects = kube.custom(api)
-    try:
-        old = errors.call(f"cannot read ResourceSlice {name}", lambda: objects
-                          .get_cluster_custom_object(GROUP, version, "resourceslices", name,
-                                                     _request_timeout=kube.TIMEOUT_S))
-    except errors.NotFound:
-        errors.call(f"cannot create ResourceSlice {name}", lambda: objects
-                    .create_cluster_custom_object(GROUP, version, "resourceslices", body,
-                                                  _request_timeout=kube.TIMEOUT_S))
-        return
-    body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-    body["spec"]["pool"]["generation"] = int(old["spec"]["pool"].get("generation", 0)) + 1
-    errors.call(f"cannot replace ResourceSlice {name}", lambda: objects
-                .replace_cluster_custom_object(GROUP, version, "resourceslices", name, body,
-                                               _request_timeout=kube.TIMEOUT_S))
-
-
-def unpublish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
-    name = f"{node}-{names_.driver}"
-    with contextlib.suppress(errors.NotFound):
-        errors.call(f"cannot delete ResourceSlice {name}", lambda: kube.custom(api)
-                    .delete_cluster_custom_object(GROUP, version, "resourceslices", name,
-                                                  _request_timeout=kube.TIMEOUT_S))
-
-
 def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path,
         cdi_root: Path, state_dir: Path | None, namespace: str,
         stop: threading.Event | None = None) -> int:
@@ -625,10 +597,12 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     api = connect(kubeconfig)
     version = kube.resource_version(api)
     driver = ComputeDomainDriver(cfg, api, version)
+    publisher = Publisher(Kube(kubeconfig), names_, node)
     try:
-        publish(api, names_, node, version)
-    except errors.KubeError as err:
+        publisher.sync()  # at once: the channels must be there before the kubelet asks
+    except KubeError as err:
         raise FakegpuError(f"cannot publish node {node}'s ResourceSlice: {err}") from err
+    publisher.start()
     driver.restart_daemons()
     stop = stop or threading.Event()
 
@@ -646,8 +620,7 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     # The IMEX daemons stay (docs/gb200.md): a plugin restart (an upgrade) must not take the
     # domains down; the next plugin adopts them, unprepare ends them.
     log.info("stopping; %d IMEX daemons keep running", driver.running_daemons())
-    try:
-        unpublish(api, names_, node, version)
-    except Exception as err:
-        log.warning("cannot delete this node's slice: %s", err)
+    publisher.stop()
+    if not other_instances_alive(kubelet_root, driver_name, paths):
+        publisher.cleanup()
     return 0
