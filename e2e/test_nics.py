@@ -4,32 +4,24 @@ the NIC as a network interface (its name and MAC as the slice publishes them) an
 verbs node; the claim's status carries the interface's network data. A storage NIC shares a
 root with no GPU, so asking for one beside a GPU under one root stays pending.
 
-Observes only the API (slices, the claim, events) and what the pod sees.
+Observes only the API (slices, the claim, the pod's conditions) and what the pod sees.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
-from fakegpu.testkit import k8s
-from fakegpu.testkit.dra import (
-    PodClaim,
-    ResourceApi,
-    allocated_devices,
-    attribute_value,
-    pod_claim_name,
-    pod_manifest,
-)
+from fakegpu.testkit.dra import ResourceApi, attribute_value
 from fakegpu.testkit.nics import (
     NIC_DRIVER,
     PCIE_ROOT,
-    gpu_nic_template,
+    assert_pending,
     interfaces,
     rdma_nodes,
+    running_claim,
+    start_pod,
 )
 
 # The embedded provider runs the NIC plugin; the kind provider does not yet (docs/nics.md).
@@ -41,17 +33,9 @@ def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
     namespace: str,
 ) -> None:
-    gpu_driver = fakegpu_cluster.driver_name
-    resource_api.create("resourceclaimtemplates",
-                        gpu_nic_template(resource_api, "gpu-nic", gpu_driver, PCIE_ROOT),
-                        namespace)
-    k8s.create_pod(core_v1, namespace, pod_manifest(
-        "gpu-nic", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
-        [PodClaim("net", template="gpu-nic")]))
-    pod: Any = k8s.wait_pod_running(core_v1, namespace, "gpu-nic")
-    claim = resource_api.claim(namespace, pod_claim_name(pod, "net"))
-    [gpu] = allocated_devices(resource_api, gpu_driver, claim)
-    [nic] = allocated_devices(resource_api, NIC_DRIVER, claim)
+    start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic", PCIE_ROOT)
+    claim, gpu, nic = running_claim(fakegpu_cluster, core_v1, resource_api, namespace,
+                                    "gpu-nic")
     root = attribute_value(nic, PCIE_ROOT)
     assert root and attribute_value(gpu, PCIE_ROOT) == root, (gpu["name"], nic["name"])
     assert attribute_value(nic, "role") == "compute"
@@ -74,15 +58,7 @@ def test_a_storage_nic_shares_no_root_with_a_gpu_so_the_claim_stays_pending(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
     namespace: str,
 ) -> None:
-    resource_api.create("resourceclaimtemplates", gpu_nic_template(
-        resource_api, "gpu-storage", fakegpu_cluster.driver_name, PCIE_ROOT, "storage"),
-        namespace)
-    k8s.create_pod(core_v1, namespace, pod_manifest(
-        "gpu-storage", fakegpu_cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
-        [PodClaim("net", template="gpu-storage")]))
-    pod: Any = k8s.wait_unschedulable(core_v1, namespace, "gpu-storage",
-                                      what="the scheduler to refuse a GPU and a storage NIC "
-                                           "under one root")
-    assert pod.status.phase == "Pending" and pod.spec.node_name is None
-    claim = resource_api.claim(namespace, pod_claim_name(pod, "net"))
-    assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
+    start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-storage", PCIE_ROOT,
+              "storage")
+    assert_pending(core_v1, resource_api, namespace, "gpu-storage",
+                   "a GPU and a storage NIC under one root")

@@ -43,7 +43,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kubernetes import client
@@ -53,14 +52,12 @@ from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import errors
 from fakegpu.kube.errors import KubeError
 from fakegpu.kube.resource import GROUP
-from fakegpu.kubeletplugin import cdispec, slicepool
+from fakegpu.kubeletplugin import cdispec, slicepool, startup
 from fakegpu.kubeletplugin import names as safe
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
 from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef, PrepareResult, allocated_results
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
-from fakegpu.kubeletplugin.sockets import socket_paths
-from fakegpu.kubeletplugin.startup import other_instances_alive, usable_dir
 from fakegpu.wait import NotYet, wait_for
 
 from . import fabric, killpoint, kube
@@ -577,23 +574,11 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     if names_ is None:
         raise InvalidInput(f"--driver-name {driver_name!r} is not a compute-domain driver "
                            "(compute-domain.<domain>)")
-    for flag, value in (("--node", node), ("--driver-name", driver_name),
-                        ("--namespace", namespace)):
-        if why := safe.check(flag, value):
-            raise InvalidInput(why)
-    try:
-        paths = socket_paths(kubelet_root, driver_name)
-    except ValueError as err:
-        raise InvalidInput(str(err)) from err
-    cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root,
-                 state_dir or kubelet_root / "plugins" / driver_name, namespace)
-    # The GPU plugin's check, before the apiserver or the disk fail on them: of the kubelet's
-    # root only the plugin's own directories (mounted from the node in the chart's pod, whose
-    # root is read-only there) must be usable.
-    for flag, path in (("--kubelet-root", paths.registration.parent),
-                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", cdi_root),
-                       ("--state-dir", cfg.state_dir)):
-        usable_dir(flag, path)
+    if why := safe.check("--namespace", namespace):
+        raise InvalidInput(why)
+    # The base's checks, before the apiserver or the disk fail on them.
+    paths, state = startup.prepare(node, driver_name, "", kubelet_root, cdi_root, state_dir)
+    cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root, state, namespace)
     api = connect(kubeconfig)
     version = kube.resource_version(api)
     driver = ComputeDomainDriver(cfg, api, version)
@@ -605,13 +590,7 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     publisher.start()
     driver.restart_daemons()
     stop = stop or threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    startup.on_signals(stop)
     servers = PluginServers(driver, paths, 8)
     log.info("serving driver=%s node=%s dra=%s", driver_name, node, paths.dra)
     while not stop.wait(2.0):
@@ -621,6 +600,6 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     # domains down; the next plugin adopts them, unprepare ends them.
     log.info("stopping; %d IMEX daemons keep running", driver.running_daemons())
     publisher.stop()
-    if not other_instances_alive(kubelet_root, driver_name, paths):
+    if not startup.other_instances_alive(kubelet_root, driver_name, paths):
         publisher.cleanup()
     return 0

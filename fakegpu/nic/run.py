@@ -9,22 +9,17 @@ of the driver still serves here.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from fakegpu import drivers
-from fakegpu.errors import InvalidInput
-from fakegpu.kubeletplugin import names
+from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.slicepool import PoolPublisher, SliceApi
-from fakegpu.kubeletplugin.sockets import socket_paths
-from fakegpu.kubeletplugin.startup import other_instances_alive, usable_dir
 
 from . import discovery, slices
 from .discovery import Nic
@@ -58,35 +53,11 @@ class NicPublisher(PoolPublisher):
                                    generation, owner)]
 
 
-def _check(opts: Options) -> None:
-    if not opts.node_name:
-        raise InvalidInput("--node is required (or set NODE_NAME)")
-    for flag, value in (("--node", opts.node_name), ("--driver", opts.driver_name),
-                        ("--instance-id", opts.instance_id)):
-        if (value or flag != "--instance-id") and (why := names.check(flag, value)):
-            raise InvalidInput(why)
-
-
 def run(opts: Options, stop: threading.Event | None = None) -> int:
-    _check(opts)
-    try:
-        paths = socket_paths(opts.kubelet_root, opts.driver_name, opts.instance_id)
-    except ValueError as err:
-        raise InvalidInput(str(err)) from err
-    state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
-    for flag, path in (("--kubelet-root", paths.registration.parent),
-                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", opts.cdi_root),
-                       ("--state-dir", state_dir)):
-        usable_dir(flag, path)
+    paths, state_dir = startup.prepare(opts.node_name, opts.driver_name, opts.instance_id,
+                                       opts.kubelet_root, opts.cdi_root, opts.state_dir)
     stop = stop or threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
+    startup.on_signals(stop)
     found: Sequence[Nic] = discovery.discover()
     log.info("discovered NICs node=%s count=%d names=%s", opts.node_name, len(found),
              ",".join(n.name for n in found))
@@ -103,7 +74,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     stop.wait()
     servers.stop(opts.grace_period_s)
     publisher.stop()
-    if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
+    if startup.other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
         log.info("another instance serves driver=%s: leaving ResourceSlices in place",
                  opts.driver_name)
     else:

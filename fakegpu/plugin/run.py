@@ -14,16 +14,12 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from fakegpu import drivers
-from fakegpu.errors import InvalidInput
-from fakegpu.kubeletplugin import names
+from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.checkpoint import Records
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
-from fakegpu.kubeletplugin.sockets import socket_paths
-from fakegpu.kubeletplugin.startup import other_instances_alive, usable_dir
 
 from . import discovery, healthsvc, version
 from .claimstatus import ClaimConditions
@@ -56,40 +52,15 @@ class Options:
 
 
 def run(opts: Options, stop: threading.Event | None = None) -> int:
-    if not opts.node_name:
-        raise InvalidInput("--node is required (or set NODE_NAME)")
-    # Each of these becomes part of a path (sockets, state dir) or a name the apiserver keeps:
-    # one rule for all of them, checked before anything touches the disk.
-    for flag, value in (("--node", opts.node_name), ("--driver", opts.driver_name),
-                        ("--instance-id", opts.instance_id)):
-        # (no instance id is fine: the default socket names)
-        if (value or flag != "--instance-id") and (why := names.check(flag, value)):
-            raise InvalidInput(why)
-    try:
-        paths = socket_paths(opts.kubelet_root, opts.driver_name, opts.instance_id)
-    except ValueError as err:
-        raise InvalidInput(str(err)) from err
-    state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
-    # Of the kubelet's root only the plugin's own directories in it must be writable: in the
-    # plugin's pod the root itself is read-only, only these are mounted from the node.
-    for flag, path in (("--kubelet-root", paths.registration.parent),
-                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", opts.cdi_root),
-                       ("--state-dir", state_dir)):
-        usable_dir(flag, path)
+    paths, state_dir = startup.prepare(opts.node_name, opts.driver_name, opts.instance_id,
+                                       opts.kubelet_root, opts.cdi_root, opts.state_dir)
     stamp = version.current()
     log.info("fakegpu plugin version %s (from %s)", stamp.version, stamp.source)
     stop = stop or threading.Event()
     replaced = threading.Event()  # SIGUSR1: stopped to be replaced; leave the slices
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        if signum == signal.SIGUSR1:
-            replaced.set()
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            signal.signal(sig, on_signal)
+    startup.on_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1),
+                       lambda signum: replaced.set() if signum == signal.SIGUSR1 else None)
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
     nvidia = drivers.is_nvidia(opts.driver_name)
     devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
@@ -156,7 +127,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if opts.publish_slices:
         watcher.stop()
     if opts.publish_slices:
-        if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
+        if startup.other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
             log.info("another instance serves driver=%s: leaving ResourceSlices in place",
                      opts.driver_name)
         elif replaced.is_set() or opts.keep_slices_on_exit:
