@@ -2,7 +2,8 @@
 resource.kubernetes.io/pcieRoot`` gets a GPU and its compute NIC under one root; the pod sees
 the NIC as a network interface (its name and MAC as the slice publishes them) and its RDMA
 verbs node; the claim's status carries the interface's network data. A storage NIC shares a
-root with no GPU, so asking for one beside a GPU under one root stays pending.
+root with no GPU, so asking for one beside a GPU under one root stays pending. A
+``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
 
 Observes only the API (slices, the claim, the pod's conditions) and what the pod sees.
 """
@@ -13,7 +14,8 @@ import pytest
 from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
-from fakegpu.testkit.dra import ResourceApi, attribute_value
+from fakegpu.testkit import faults
+from fakegpu.testkit.dra import ResourceApi, attribute_value, node_devices
 from fakegpu.testkit.nics import (
     NIC_DRIVER,
     PCIE_ROOT,
@@ -23,6 +25,7 @@ from fakegpu.testkit.nics import (
     running_claim,
     start_pod,
 )
+from fakegpu.testkit.wait import until_true, wait_for
 
 # The embedded provider runs the NIC plugin; the kind provider does not yet (docs/nics.md).
 pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
@@ -62,3 +65,26 @@ def test_a_storage_nic_shares_no_root_with_a_gpu_so_the_claim_stays_pending(
               "storage")
     assert_pending(core_v1, resource_api, namespace, "gpu-storage",
                    "a GPU and a storage NIC under one root")
+
+
+def _taints(api: ResourceApi, node: str, device: str) -> list[str]:
+    [found] = [d for d in node_devices(api, NIC_DRIVER)[node] if d["name"] == device]
+    return [t["key"] for t in (found.get("basic") or found).get("taints") or []]
+
+
+# A storage NIC: no other test here allocates one, so the taint cannot change their choice.
+def test_nic_link_down_taints_the_nic_and_clearing_lifts_it(
+    fakegpu_cluster: ClusterInfo, resource_api: ResourceApi,
+) -> None:
+    [(node, devices)] = node_devices(resource_api, NIC_DRIVER).items()
+    nic = next(d for d in devices if attribute_value(d, "role") == "storage")
+    name, key = str(attribute_value(nic, "interfaceName")), f"{NIC_DRIVER}/link-down"
+    assert _taints(resource_api, node, nic["name"]) == []
+    faults.nic_link(fakegpu_cluster, node, name, up=False)
+    try:
+        wait_for(until_true(lambda: _taints(resource_api, node, nic["name"]) == [key]),
+                 what=f"the NIC plugin to taint {name} with {key}", timeout=60)
+    finally:
+        faults.nic_link(fakegpu_cluster, node, name, up=True)
+    wait_for(until_true(lambda: _taints(resource_api, node, nic["name"]) == []),
+             what=f"the taint on {name} to be lifted", timeout=60)

@@ -33,6 +33,7 @@ class Nic:
     uverbs_dev: tuple[int, int] | None = None  # (major, minor) of /dev/infiniband/<uverbs>
     pcie_root: str = ""  # "" when unknown: the attribute is left out
     numa_node: int | None = None
+    link_up: bool = True  # sysfs carrier (a nic-link-down fault sets it 0)
 
 
 def _read(path: Path) -> str:
@@ -75,7 +76,8 @@ def discover(root: str | None = None) -> list[Nic]:
                 gbps=int(speed) // 1000 if speed.isdigit() else 0,
                 role=_read(net / sysfs.ROLE_FILE), rdma=rdma, uverbs=uverbs, uverbs_dev=dev,
                 pcie_root=where[1],
-                numa_node=pcie.numa_node(bus, sysfs.MELLANOX_VENDOR, root)))
+                numa_node=pcie.numa_node(bus, sysfs.MELLANOX_VENDOR, root),
+                link_up=_read(net / "carrier") != "0"))
     return sorted(found, key=lambda n: n.name)
 
 

@@ -13,6 +13,7 @@ from fakegpu.kubeletplugin import slicepool
 from .discovery import Nic
 
 MANAGED_BY = "fakegpu-nic-plugin"
+TAINT_LINK_DOWN = "link-down"  # <driver>/link-down, NoSchedule, while the carrier is lost
 
 
 def device_name(nic: Nic) -> str:
@@ -41,9 +42,16 @@ def attributes(nic: Nic) -> dict[str, dict[str, Any]]:
     return attrs
 
 
+def device_body(driver: str, nic: Nic) -> dict[str, Any]:
+    body: dict[str, Any] = {"attributes": attributes(nic)}
+    if not nic.link_up:  # nothing new is scheduled onto a NIC without a link
+        body["taints"] = [{"key": f"{driver}/{TAINT_LINK_DOWN}", "effect": "NoSchedule"}]
+    return body
+
+
 def build_slice(driver: str, node: str, nics: Sequence[Nic], version: str, generation: int,
                 owner: dict[str, Any] | None) -> dict[str, Any]:
     return slicepool.pool_slice(
         driver, node, version, generation,
-        [slicepool.device(device_name(n), {"attributes": attributes(n)}, version)
-         for n in nics], owner, MANAGED_BY)
+        [slicepool.device(device_name(n), device_body(driver, n), version) for n in nics],
+        owner, MANAGED_BY)

@@ -15,7 +15,9 @@ topology's. A node without a known tree gets no view, and its GPUs publish no ro
 A NIC's directory holds what a network driver reads there: ``net/<interface>/address`` (the
 MAC, ``mac``), ``net/<interface>/speed`` (Mb/s, as the kernel writes it), for an RDMA port
 ``infiniband/<rdma device>/`` and ``infiniband_verbs/uverbs<N>/{ibdev,dev}`` (N counts the
-node's RDMA ports in the topology's order), and ``net/<interface>/fakegpu_role`` (the
+node's RDMA ports in the topology's order), ``net/<interface>/carrier`` and ``operstate``
+(``0``/``down`` while a ``nic-link-down`` fault holds: ``set_link``), and
+``net/<interface>/fakegpu_role`` (the
 topology's ``role``, which no real sysfs file says).
 
 Processes find it through ``FAKEGPU_SYSFS`` (set beside the NVML state variable), as they find
@@ -29,6 +31,7 @@ import os
 import shutil
 from pathlib import Path
 
+from fakegpu import fsutil
 from fakegpu.topology.model import Node, PciAddress, PcieRoot
 
 SYSFS_ENV = "FAKEGPU_SYSFS"
@@ -105,6 +108,7 @@ def render(node: Node, target: str | Path) -> Path | None:
         net.mkdir(parents=True)
         for name, value in (("address", mac(node.name, card.name)),
                             ("speed", str(round(card.gbps * 1000))),
+                            ("carrier", "1"), ("operstate", "up"),
                             (ROLE_FILE, str(card.role))):
             (net / name).write_text(value + "\n", encoding="ascii")
         if card.rdma:
@@ -145,3 +149,19 @@ def render(node: Node, target: str | Path) -> Path | None:
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def nic_names(view: str | Path) -> list[str]:
+    """The interfaces of the NICs in a node's view."""
+    return sorted(p.name for p in Path(view).glob("devices/**/net/*") if p.is_dir())
+
+
+def set_link(view: str | Path, interface: str, up: bool) -> None:
+    """A NIC's link up or down in the view (``nic-link-down`` and its clearing), as the
+    kernel shows it: ``carrier`` 1/0, ``operstate`` up/down. Raises KeyError for an
+    interface the view does not have."""
+    found = [p for p in Path(view).glob(f"devices/**/net/{interface}") if p.is_dir()]
+    if not found:
+        raise KeyError(interface)
+    for name, value in (("carrier", "1" if up else "0"), ("operstate", "up" if up else "down")):
+        fsutil.atomic_write(found[0] / name, value + "\n", mode=0o644)
