@@ -405,9 +405,15 @@ class Driver:
         ref = plan.ref
         for attempt in range(2):
             status = claim.setdefault("status", {})
-            status["devices"] = [e for e in status.get("devices") or []
+            before = status.get("devices") or []
+            # An entry's conditions so far (the attach outcome, attach.py) stay with it.
+            kept = {(e.get("pool"), e.get("device")): e["conditions"] for e in before
+                    if e.get("driver") == self.cfg.driver and e.get("conditions")}
+            status["devices"] = [e for e in before
                                  if not (e.get("driver") == self.cfg.driver
-                                         and (e.get("pool"), e.get("device")) in names_)] + ours
+                                         and (e.get("pool"), e.get("device")) in names_)] + [
+                {**e, "conditions": kept[(e["pool"], e["device"])]}
+                if (e["pool"], e["device"]) in kept else e for e in ours]
             try:
                 self._claims.replace_claim_status(claim)
                 return ""
