@@ -21,12 +21,13 @@ from fakegpu.kubeletplugin.checkpoint import Records
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 
-from . import discovery, healthsvc, version
+from . import attach, discovery, healthsvc, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .probe import ReadinessEndpoint
 from .publish import SlicePublisher, merge_taints
+from .slices import Taint
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class Options:
     workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
     dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
+    attach_gpus: frozenset[int] = frozenset()  # minors attached before use (attach.py)
+    broken_attach_gpus: frozenset[int] = frozenset()  # minors whose attach fails
+    attach_seconds: float = 5.0  # how long an attach takes
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
     probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
 
@@ -63,7 +67,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                        lambda signum: replaced.set() if signum == signal.SIGUSR1 else None)
     # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
     nvidia = drivers.is_nvidia(opts.driver_name)
-    devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
+    devices = Devices(lambda: attach.mark(
+        discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus),
+        opts.attach_gpus, opts.broken_attach_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
              len(inventory.devices), ",".join(d.name for d in inventory.devices))
@@ -83,8 +89,15 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  prepare_delay_s=version.prepare_delay()),
                     kube, devices)
     health = Health(opts.driver_name, nvidia)
+    # Devices attached before a pod binds: the attach controller, and the taint of a failed one.
+    attacher = attach.Attacher(kube, opts.driver_name, opts.node_name, devices.current,
+                               opts.attach_seconds, lambda: publisher.poke())
+
+    def taints(inventory: discovery.Inventory) -> dict[str, list[Taint]]:
+        return merge_taints(health.taints(inventory), attacher.taints(inventory))
+
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
-                               opts.rediscover_interval_s, health=health.taints,
+                               opts.rediscover_interval_s, health=taints,
                                nvidia_compatible=nvidia, still_faulty=health.still_faulty)
     # The kubelet's health streams report the taints the slices carry (pod status, KEP-4680).
     def statuses() -> list[healthsvc.DeviceStatus]:
@@ -111,6 +124,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
         publisher.start()
     if opts.write_status:
         conditions.start()
+    attaching = bool(opts.attach_gpus or opts.broken_attach_gpus) and opts.write_status
+    if attaching:
+        attacher.start()
     servers = PluginServers(driver, paths, opts.workers, streams)
     probe = None if opts.probe_port is None else ReadinessEndpoint(paths, opts.probe_port)
     log.info("serving driver=%s node=%s version=%s registration=%s dra=%s state=%s",
@@ -121,6 +137,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if probe is not None:
         probe.stop()
     driver.close()
+    if attaching:
+        attacher.stop()
     publisher.stop()
     if opts.write_status:
         conditions.stop()
