@@ -30,11 +30,12 @@ def main(argv: Sequence[str]) -> int:
         print(f"fakegpu nic entrypoint: {err}", file=sys.stderr)
         return err.exit_code
     if not env.get(SYSFS_ENV):
-        print(f"fakegpu nic entrypoint: node {node} has no PCIe tree in the topology: "
-              "no NICs to serve", file=sys.stderr, flush=True)
-        # Blocked first: PID 1 of a container has no default action for SIGTERM to rely on.
+        # Blocked first: PID 1 of a container has no default action for SIGTERM to rely on,
+        # and one that comes before the wait must still end it.
         stop = {signal.SIGTERM, signal.SIGINT}
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        print(f"fakegpu nic entrypoint: node {node} has no PCIe tree in the topology: "
+              "no NICs to serve", file=sys.stderr, flush=True)
         signal.sigwait(stop)
         return 0
     fakegpu = str(Path(sys.executable).with_name("fakegpu"))
