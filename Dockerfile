@@ -21,6 +21,10 @@ RUN python3 -m venv /opt/fakegpu \
  && find /opt/fakegpu -name '__pycache__' -prune -exec rm -rf {} +
 
 FROM ${BASE}
+# iproute2's `ip`: the NIC plugin makes its veth pairs with it (fakegpu/nic/netdev.py). The
+# offline base has it already (nothing fetched); python:3.11-slim-bookworm gets it from Debian.
+RUN command -v ip >/dev/null || { apt-get update \
+ && apt-get install -y --no-install-recommends iproute2 && rm -rf /var/lib/apt/lists/*; }
 COPY --from=install /opt/fakegpu /opt/fakegpu
 ENV PATH=/opt/fakegpu/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONDONTWRITEBYTECODE=1 \

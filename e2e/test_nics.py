@@ -27,9 +27,7 @@ from fakegpu.testkit.nics import (
 )
 from fakegpu.testkit.wait import until_true, wait_for
 
-# The embedded provider runs the NIC plugin; the kind provider does not yet (docs/nics.md).
-pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
-              pytest.mark.topology("dgx-h100")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("dgx-h100")]
 
 
 def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(

@@ -21,9 +21,7 @@ from fakegpu.testkit.nics import (
     start_pod,
 )
 
-# The embedded provider runs the NIC plugin; the kind provider does not yet (docs/nics.md).
-pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
-              pytest.mark.topology("gb200-mini")]
+pytestmark = [pytest.mark.e2e, pytest.mark.topology("gb200-mini")]
 
 
 def test_no_gpu_shares_a_root_with_a_nic_so_the_claim_stays_pending(

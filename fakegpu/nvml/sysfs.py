@@ -26,8 +26,10 @@ the fake library through the loader path; unset, they read the real ``/sys``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 from pathlib import Path
 
@@ -70,7 +72,10 @@ def render(node: Node, target: str | Path) -> Path | None:
     if node.pcie is None:
         shutil.rmtree(target, ignore_errors=True)
         return None
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    # Unique per render, not per pid: the plugin containers of a kind node (GPU, NIC,
+    # compute-domain) are each PID 1 and may render one hostPath view at once.
+    unique = f"{os.getpid()}.{secrets.token_hex(4)}"
+    tmp = target.with_name(f".{target.name}.{unique}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tree = node.pcie
     links = tmp / "bus" / "pci" / "devices"
@@ -143,10 +148,17 @@ def render(node: Node, target: str | Path) -> Path | None:
             endpoint(port(root_index), node.gpus[g].pci, gpu_files(g, root))
         for n in nics:
             nic(port(root_index), n, root)
-    old = target.with_name(f".{target.name}.{os.getpid()}.old")
-    if target.exists():
+    old = target.with_name(f".{target.name}.{unique}.old")
+    with contextlib.suppress(FileNotFoundError):  # the first render
         target.rename(old)
-    tmp.rename(target)
+    try:
+        tmp.rename(target)
+    except OSError:
+        # Another render of the same node got there between the two renames: it is what
+        # this one would have written (the view depends on the topology node only).
+        if not target.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
     return target
 

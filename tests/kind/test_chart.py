@@ -46,7 +46,7 @@ def by_kind(docs: list[dict[str, Any]], kind: str, *, compute_domain: bool = Fal
             ) -> list[dict[str, Any]]:
     """The objects of ``kind``: the GPU plugin's, or with ``compute_domain`` the ComputeDomain
     pieces' (named ``*compute-domain*``, files/computedomain.yaml and its templates)."""
-    return [d for d in docs if d["kind"] == kind
+    return [d for d in docs if d["kind"] == kind and "nic-plugin" not in d["metadata"]["name"]
             and ("compute-domain" in d["metadata"]["name"]) == compute_domain]
 
 
@@ -188,6 +188,46 @@ def test_compute_domain_pieces_run_the_computedomain_commands(helm: Path) -> Non
     assert not wanted <= plugin["spec"]["template"]["metadata"]["labels"].items()
     (crd,) = by_kind(docs, "CustomResourceDefinition")
     assert crd["metadata"]["name"] == "computedomains.resource.nvidia.com"
+
+
+@pytest.mark.parametrize("minor", MINORS)
+def test_nic_plugin_runs_on_the_nodes_network_with_what_it_reads_and_writes(
+        helm: Path, minor: int) -> None:
+    """The NIC plugin (docs/nics.md): the node's network namespace and NET_ADMIN for the veth
+    pairs it makes there, the sysfs view in the GPU plugin's NVML hostPath, the CDI dir and
+    the kubelet's plugin dirs; the GPU plugin's service account; its own pod labels."""
+    docs = render(helm, minor, "--set", "nvidiaCompatible=true")
+    [nic] = [d for d in docs if d["kind"] == "DaemonSet" and "nic-plugin" in d["metadata"]["name"]]
+    spec = nic["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    (c,) = spec["containers"]
+    assert c["command"][1:] == ["-m", "fakegpu.node.nic"]
+    assert {"--kubelet-root=/var/lib/kubelet", "--cdi-root=/var/run/cdi"} <= set(c["args"])
+    caps = c["securityContext"]["capabilities"]
+    assert caps == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert not c["securityContext"]["allowPrivilegeEscalation"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert {paths[mounts[p]] for p in ("/var/lib/kubelet/plugins_registry",
+                                       "/var/lib/kubelet/plugins", "/var/run/cdi")} == {
+        "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    (gpu,) = by_kind(docs, "DaemonSet")
+    gpu_spec = gpu["spec"]["template"]["spec"]
+    gpu_env = {e["name"]: e.get("value") for e in gpu_spec["containers"][0]["env"]}
+    # The same NVML hostPath at the same place as the GPU plugin's: one sysfs view per node.
+    assert env["FAKEGPU_NVML_STATE_DIR"] == gpu_env["FAKEGPU_NVML_STATE_DIR"]
+    gpu_paths = {v["name"]: v["hostPath"]["path"] for v in gpu_spec["volumes"] if "hostPath" in v}
+    assert paths[mounts[env["FAKEGPU_NVML_STATE_DIR"]]] == gpu_paths["nvml-state"]
+    assert spec["serviceAccountName"] == gpu_spec["serviceAccountName"]
+    # Neither DaemonSet selects the other's pods.
+    assert not gpu["spec"]["selector"]["matchLabels"].items() <= \
+        nic["spec"]["template"]["metadata"]["labels"].items()
+    assert not nic["spec"]["selector"]["matchLabels"].items() <= \
+        gpu["spec"]["template"]["metadata"]["labels"].items()
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"
+            and d["metadata"]["name"].startswith("nic.")] == ["nic.fakegpu.dev"]
+    assert render(helm, minor, "--set", "nics.enabled=false").count(nic) == 0
 
 
 def test_embedded_rbac_is_the_charts(helm: Path) -> None:

@@ -78,3 +78,25 @@ def test_ensure_state_adds_the_view_to_a_state_from_before_it(tmp_path: Path) ->
     shutil.rmtree(sysfs.path_for(path))
     nvml_env.ensure_state(topo, "dgx-a100-0", path)
     assert _root_of(sysfs.path_for(path), "0000:47:00.0") == "pci0000:40"
+
+
+def test_renders_of_one_view_at_once_all_succeed_and_leave_one_whole_view(tmp_path: Path) -> None:
+    """A kind node's GPU, NIC and compute-domain plugin containers (each PID 1) render the
+    same hostPath view as they start; temporary names made from the pid alone collided."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    node = load_topology(FIXTURES / "dgx-h100.yaml").nodes[0]
+    alone = sysfs.render(node, tmp_path / "alone.sysfs")
+    assert alone is not None
+    target = tmp_path / "n.state.sysfs"
+    with ThreadPoolExecutor(max_workers=6) as pool:  # threads: one pid, as the containers'
+        results = list(pool.map(lambda _: sysfs.render(node, target), range(12)))
+    assert results == [target] * 12
+
+    def tree(root: Path) -> list[tuple[str, str]]:
+        return sorted((str(p.relative_to(root)), os.readlink(p) if p.is_symlink() else
+                       p.read_text() if p.is_file() else "")
+                      for p in root.rglob("*"))
+
+    assert tree(target) == tree(alone)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alone.sysfs", "n.state.sysfs"]

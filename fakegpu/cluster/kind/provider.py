@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from fakegpu import drivers
 from fakegpu.cluster import featuregates, imagealiases, inotify
 from fakegpu.cluster.artifacts import images
 from fakegpu.cluster.kind import (
@@ -148,8 +149,11 @@ class KindProvider:
     def _wait_slices(self, st: KindState, topo: Topology) -> None:
         want = {n.name for n in topo.nodes}
         # A plugin that started while kube-proxy was still settling backs off up to 60 s.
-        wait_until("a whole ResourceSlice pool of every worker",
-                   lambda: self._complete_pools(st) >= want,
+        # The NIC plugin serves the nodes whose topology has a PCIe tree (docs/nics.md).
+        nics = {n.name for n in topo.nodes if n.pcie is not None}
+        wait_until("a whole ResourceSlice pool of every worker (and its NICs')",
+                   lambda: self._complete_pools(st) >= want
+                   and self._complete_pools(st, drivers.NIC) >= nics,
                    WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
     def _nvml_copies(self, st: KindState, topo: Topology) -> None:
@@ -243,9 +247,10 @@ class KindProvider:
             nodes = kubeapi.nodes(api)
         return len(nodes) == len(st.workers) + 1 and all(kubeapi.is_ready(n) for n in nodes)
 
-    def _complete_pools(self, st: KindState) -> set[str]:
+    def _complete_pools(self, st: KindState, driver: str | None = None) -> set[str]:
         with kubeapi.session(st.kubeconfig) as api:
-            return kubeapi.complete_pools(kubeapi.resource_slices(api, driver=st.driver))
+            return kubeapi.complete_pools(
+                kubeapi.resource_slices(api, driver=driver or st.driver))
 
     def delete(self, name: str) -> None:
         validate_name(name)
