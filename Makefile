@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/kubeletplugin/proto/*.proto)
 
-.PHONY: demo test test-nvidia test-kind test-upgrade-kind lint fuzz bench clean
+.PHONY: demo test test-nvidia test-kind test-upgrade-kind test-matrix lint fuzz bench clean
 
 demo: $(STAMP)
 	$(VENV)/bin/fakegpu demo
@@ -67,6 +67,13 @@ UPGRADE_LOAD_RATE ?= 0.25
 test-upgrade-kind: $(STAMP)
 	FAKEGPU_UPGRADE_LOAD_RATE=$(UPGRADE_LOAD_RATE) $(VENV)/bin/python -m pytest \
 		e2e/test_upgrade.py -m e2e --fakegpu-provider kind --junitxml=reports/junit-upgrade-kind.xml
+
+# Each Kubernetes minor live on the embedded provider: conformance and the suites that need no
+# newer minor's features, a JUnit report per minor and reports/matrix/results.md
+# (docs/testing.md#every-minor-live). MATRIX_MINORS picks; a minor not cached is built first.
+MATRIX_MINORS ?= 1.34 1.35 1.36 1.37 1.38
+test-matrix: $(STAMP)
+	tools/test-matrix.sh $(MATRIX_MINORS)
 
 # Every fuzz target for FUZZ_SECONDS each (docs/reliability.md has the counts of the last long run).
 FUZZ_SECONDS ?= 60

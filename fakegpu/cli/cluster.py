@@ -112,6 +112,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     name_arg(upgrade, positional=True)
     upgrade.set_defaults(func=_upgrade_plugin)
 
+    k8s = cmds.add_parser(
+        "upgrade-kubernetes",
+        help="move a running cluster to another Kubernetes minor, control plane then kubelets",
+        description="Move a running embedded cluster to another cached Kubernetes minor, one "
+                    "minor up or down (docs/upgrades.md#kubernetes-version-skew): an upgrade "
+                    "replaces kube-apiserver, kube-controller-manager and kube-scheduler, "
+                    "then each node's kubelet in turn; a downgrade the kubelets first. Pods, "
+                    "containerd and the plugins keep running; the plugins register again "
+                    "with each new kubelet. Exit 2 for a version not supported or not one "
+                    "minor away, 3 when its binaries are not cached (`fakegpu cluster "
+                    "binaries --k8s-version 1.N`), 1 when a component does not come up (run "
+                    "the command again to finish).")
+    k8s.add_argument("--to", dest="k8s_to", required=True, metavar="1.N",
+                     help="the Kubernetes minor (or pinned patch) to move to")
+    k8s.add_argument("--timeout", type=argtypes.seconds, default=180.0, metavar="SECONDS",
+                     help="limit for each readiness wait (default: %(default)s)")
+    name_arg(k8s, positional=True)
+    k8s.set_defaults(func=_upgrade_kubernetes)
+
     _add_binaries_commands(cmds)
     cluster.set_defaults(func=show_help(cluster))
 
@@ -289,6 +308,17 @@ def _upgrade_plugin(args: argparse.Namespace) -> int:
     changed = provider.upgrade_plugin(args.cluster, target, say=console.print)
     console.print(f"plugin version {target.version} serves on every node "
                   f"({len(changed)} changed)")
+    return 0
+
+
+def _upgrade_kubernetes(args: argparse.Namespace) -> int:
+    console = _console()
+    provider = _provider(args, console)
+    changed = provider.upgrade_kubernetes(args.cluster, args.k8s_to, say=console.print)
+    info = provider.status(args.cluster)
+    version = info.k8s_version if info else args.k8s_to
+    console.print(f"cluster {args.cluster} runs Kubernetes {version} "
+                  f"({', '.join(changed) or 'nothing'} changed)")
     return 0
 
 

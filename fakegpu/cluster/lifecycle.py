@@ -178,6 +178,10 @@ class Lifecycle:
                        say: Callable[[str], None] = lambda _line: None) -> list[str]:
         return self.provider.upgrade_plugin(validate_name(name), target, say)
 
+    def upgrade_kubernetes(self, name: str, version: str,
+                           say: Callable[[str], None] = lambda _line: None) -> list[str]:
+        return self.provider.upgrade_kubernetes(validate_name(name), version, say)
+
     def plugin_instances(self, name: str) -> PluginInstances:
         return self.provider.plugin_instances(validate_name(name))
 

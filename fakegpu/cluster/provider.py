@@ -174,6 +174,15 @@ class Provider(Protocol):
         """
         ...
 
+    def upgrade_kubernetes(self, name: str, version: str,
+                           say: Callable[[str], None] = ...) -> list[str]:
+        """Move the running cluster to Kubernetes ``version`` (one minor away, cached): the
+        control plane, then the kubelets node by node (a downgrade in the reverse order),
+        pods and plugins left running (``fakegpu.cluster.embedded.k8supgrade``); what it
+        changed. InvalidInput for a version not supported or not one minor away, or a
+        provider that cannot; MissingPrerequisite for one not cached."""
+        ...
+
     def plugin_instances(self, name: str) -> PluginInstances:
         """Node -> the plugin instances alive there now (an upgrade overlaps two): the
         embedded provider's processes, kind's DaemonSet pods that are not gone yet."""
@@ -237,6 +246,9 @@ class Clusters(Protocol):
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]: ...
+
+    def upgrade_kubernetes(self, name: str, version: str,
+                           say: Callable[[str], None] = ...) -> list[str]: ...
 
     def plugin_instances(self, name: str) -> PluginInstances: ...
 

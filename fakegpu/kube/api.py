@@ -118,6 +118,14 @@ def node_ready(api: client.ApiClient, name: str) -> bool:
     return is_ready(get_json(api, f"/api/v1/nodes/{name}"))
 
 
+def node_ready_on(api: client.ApiClient, name: str, kubelet_version: str) -> bool:
+    """Whether node ``name`` is Ready and its kubelet reports ``kubelet_version`` ("1.38.0"
+    or "v1.38.0"): the kubelet of that version has taken the node over."""
+    node = get_json(api, f"/api/v1/nodes/{name}")
+    reported = str(node.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", ""))
+    return is_ready(node) and reported.removeprefix("v") == kubelet_version.removeprefix("v")
+
+
 def internal_ip(node: Mapping[str, Any]) -> str:
     for addr in node.get("status", {}).get("addresses") or []:
         if addr.get("type") == "InternalIP":

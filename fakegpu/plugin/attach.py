@@ -27,8 +27,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from fakegpu.kubeletplugin.slicepool import Taint
+
 from .discovery import Inventory
-from .slices import ATTACH_FAILED, ATTACHED, NO_SCHEDULE, TAINT_ATTACH_FAILED, Taint, taint
+from .slices import ATTACH_FAILED, ATTACHED, NO_SCHEDULE, TAINT_ATTACH_FAILED, taint
 
 log = logging.getLogger(__name__)
 

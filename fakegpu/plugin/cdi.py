@@ -8,7 +8,7 @@ claim-wide variables (NVIDIA_VISIBLE_DEVICES, DRA_ADMIN_ACCESS) sit at the top l
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

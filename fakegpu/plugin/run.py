@@ -20,6 +20,7 @@ from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.checkpoint import Records
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.slicepool import Taint
 
 from . import attach, discovery, healthsvc, version
 from .claimstatus import ClaimConditions
@@ -27,7 +28,6 @@ from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
 from .probe import ReadinessEndpoint
 from .publish import SlicePublisher, merge_taints
-from .slices import Taint
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ def test_invalid_names(name: str) -> None:
 
 def test_state_round_trip(tmp_path: Path) -> None:
     st = state.ClusterState(name="c1", root=tmp_path, k8s_version="1.37.2", slot=4,
-                               nodes=[state.NodeState("n0", 0, True)])
+                               nodes=[state.NodeState("n0", 0, True, k8s_version="1.37.2")])
     st.processes["etcd"] = ProcessRecord("etcd", 42, 7, "/b/etcd", tmp_path / "etcd.log")
     st.cgroups.append("/fakegpu-c1-0")
     st.save()

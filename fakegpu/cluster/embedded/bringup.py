@@ -106,7 +106,7 @@ class Bringup:
             name=spec.name, root=clusters_dir() / spec.name, k8s_version=spec.k8s_version,
             topology=str(spec.topology_file), driver=spec.driver,
             plugin=spec.plugin.to_json() if spec.plugin else None,
-            nodes=[NodeState(n.name, i, bool(n.gpus))
+            nodes=[NodeState(n.name, i, bool(n.gpus), k8s_version=spec.k8s_version)
                    for i, n in enumerate(spec.topology.real_nodes)],
             simulated=[n.name for n in spec.topology.simulated_nodes])
         self.bins: NodeBinaries | None = None
@@ -169,6 +169,7 @@ class Bringup:
             for rec in cp.processes:
                 st.processes[rec.name] = rec
             st.server = cp.server
+            st.cp_ports = cp.ports.to_json()
             st.save()
         shutil.copyfile(cp.kubeconfig, st.kubeconfig)
         os.chmod(st.kubeconfig, 0o600)

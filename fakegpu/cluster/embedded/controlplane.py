@@ -115,6 +115,19 @@ class ControlPlaneCerts:
             service_account=service_account_keypair(pki_dir),
         )
 
+    @classmethod
+    def load(cls, pki_dir: Path) -> ControlPlaneCerts:
+        """The certificates ``create`` wrote into ``pki_dir`` (a running cluster's)."""
+        ca = CertificateAuthority.load(pki_dir)
+
+        def pair(name: str) -> CertPair:
+            return CertPair(pki_dir / f"{name}.crt", pki_dir / f"{name}.key")
+
+        return cls(ca=ca, apiserver=pair("apiserver"),
+                   kubelet_client=pair("apiserver-kubelet-client"), admin=pair("admin"),
+                   controller_manager=pair("controller-manager"), scheduler=pair("scheduler"),
+                   service_account=CertPair(pki_dir / "sa.pub", pki_dir / "sa.key"))
+
 
 @dataclass
 class ControlPlane:
@@ -181,6 +194,31 @@ class ControlPlane:
         for rec in reversed(self.processes):
             terminate(rec)
         self.processes.clear()
+
+    # Replaced by ``restart_on``, in this order; etcd keeps running (the cluster's data).
+    KUBERNETES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+    def restart_on(self, binaries: BinaryPaths) -> None:
+        """Replace the running apiserver, controller-manager and scheduler by those of
+        ``binaries``, one at a time and on the same ports, each with its own minor's gates and
+        API versions (a control-plane upgrade or downgrade; etcd and its data stay).
+
+        ``processes``, ``ports`` and ``certs`` describe the running control plane (a cluster's
+        state); on return ``processes`` holds the new records in start order.
+        """
+        minor = featuregates.parse_minor(binaries.k8s_version)
+        self.binaries = binaries
+        self.gates = featuregates.dra_gates(minor)
+        self.runtime_config = featuregates.runtime_config(minor)
+        starts = {"kube-apiserver": self._start_apiserver,
+                  "kube-controller-manager": self._start_controller_manager,
+                  "kube-scheduler": self._start_scheduler}
+        for name in self.KUBERNETES:
+            old = next((r for r in self.processes if r.name == name), None)
+            if old is not None:
+                terminate(old)
+                self.processes.remove(old)
+            starts[name]()
 
     # --- steps --------------------------------------------------------------------------------
 

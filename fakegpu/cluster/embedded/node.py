@@ -244,6 +244,25 @@ def start_kubelet(layout: NodeLayout, bins: NodeBinaries) -> ProcessRecord:
                  env={"PATH": _host_path(bins), "HOME": os.environ.get("HOME", "/root")})
 
 
+# What fakegpu's plugin logs each time a kubelet registers it (plugin/server.py).
+PLUGIN_REGISTERED = "kubelet registered the plugin"
+
+
+def log_size(log: Path) -> int:
+    """Where a log ends now: ``written_since`` reads only what comes after."""
+    try:
+        return log.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def written_since(log: Path, offset: int) -> str:
+    """What ``log`` got after ``offset`` (``log_size`` taken earlier)."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 def kubelet_healthy(layout: NodeLayout) -> bool:
     url = f"http://{layout.ip}:{KUBELET_HEALTHZ_PORT}/healthz"
     with urllib.request.urlopen(url, timeout=5) as r:

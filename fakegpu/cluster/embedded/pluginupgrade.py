@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fakegpu.cluster.embedded import node as nodemod
 from fakegpu.cluster.embedded import worker
 from fakegpu.cluster.embedded.layout import NodeLayout
 from fakegpu.cluster.embedded.state import ClusterState
@@ -39,7 +40,7 @@ from fakegpu.cluster.process import (
 )
 from fakegpu.cluster.upgrade import Target, UpgradeStalled
 
-REGISTERED_LINE = "kubelet registered the plugin"
+REGISTERED_LINE = nodemod.PLUGIN_REGISTERED
 
 
 def instance_id(version: str) -> str:

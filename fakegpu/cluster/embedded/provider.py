@@ -16,7 +16,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.cluster.embedded import bringup, fleet, pluginupgrade, teardown, worker
+from fakegpu.cluster.embedded import (
+    bringup,
+    fleet,
+    k8supgrade,
+    pluginupgrade,
+    teardown,
+    worker,
+)
 from fakegpu.cluster.embedded.state import (
     ClusterState,
     cached_binaries,
@@ -74,6 +81,8 @@ class EmbeddedProvider:
             extra={"phase": st.phase, "server": st.server, "dir": str(root),
                    "control_plane": cp_alive, "plugins": _instances(members),
                    "node_ips": {m.name: m.layout.ip for m in members},
+                   # Each kubelet's version: the cluster's, except during upgrade-kubernetes.
+                   "kubelet_versions": {m.name: m.state.k8s_version for m in members},
                    "simulated_nodes": len(st.simulated)},
         )
 
@@ -141,10 +150,13 @@ class EmbeddedProvider:
             return
         st.node(node)  # an unknown node is bad input
         member = next(m for m in worker.nodes(st, self.policy) if m.name == node)
-        bins = cached_binaries(st.k8s_version)
+        # Its own kubelet's version: an interrupted upgrade-kubernetes leaves them mixed.
+        version = member.state.k8s_version
+        bins = cached_binaries(version)
         if bins is None:
-            raise MissingPrerequisite(f"Kubernetes {st.k8s_version} binaries are no longer "
-                                      "cached: run `fakegpu cluster binaries` or recreate")
+            raise MissingPrerequisite(f"Kubernetes {version} binaries are no longer cached: "
+                                      f"run `fakegpu cluster binaries --k8s-version {version}` "
+                                      "or recreate")
         member.start_missing(bins)
         member.state.running = True
         st.save()
@@ -152,6 +164,10 @@ class EmbeddedProvider:
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = lambda _line: None) -> list[str]:
         return pluginupgrade.upgrade(load_ready(name), target, self.policy, say)
+
+    def upgrade_kubernetes(self, name: str, version: str,
+                           say: Callable[[str], None] = lambda _line: None) -> list[str]:
+        return k8supgrade.upgrade(load_ready(name), version, self.policy, say)
 
     def plugin_instances(self, name: str) -> PluginInstances:
         st = load_ready(name)

@@ -66,6 +66,9 @@ class NodeState:
     running: bool = True
     plugin_version: str = ""  # set by upgrade_plugin; "" is the stamp the plugin finds itself
     plugin_instance: str = ""  # the serving instance's id ("" for the first one)
+    # Its kubelet's Kubernetes version: the cluster's, except while `upgrade-kubernetes`
+    # moves the nodes one by one (k8supgrade.py). "" in a state from before: the cluster's.
+    k8s_version: str = ""
 
 
 LATER = {"later": True}
@@ -75,7 +78,7 @@ LATER = {"later": True}
 class ClusterState:
     name: str
     root: Path
-    k8s_version: str = ""
+    k8s_version: str = ""  # the control plane's (each node's kubelet: NodeState.k8s_version)
     topology: str = ""
     driver: str = DEFAULT_DRIVER
     workload_image: str = ""
@@ -92,6 +95,8 @@ class ClusterState:
     firewall: list[list[str]] = field(default_factory=list, metadata=LATER)  # iptables FORWARD
     plugin: dict[str, Any] | None = field(default=None, metadata=LATER)  # ExternalPlugin.to_json
     simulated: list[str] = field(default_factory=list, metadata=LATER)  # fleet nodes: KWOK
+    # The control plane's ports (controlplane.Ports): its upgrade restarts it on the same ones.
+    cp_ports: dict[str, int] = field(default_factory=dict, metadata=LATER)
 
     @property
     def path(self) -> Path:
@@ -162,6 +167,8 @@ class ClusterState:
             doc["processes"] = {k: ProcessRecord.from_json(v)
                                 for k, v in doc["processes"].items()}
             st = cls(root=root, **doc)
+            for n in st.nodes:
+                n.k8s_version = n.k8s_version or st.k8s_version
             if not isinstance(st.slot, int):
                 raise TypeError(f"slot {st.slot!r}: expected an integer")
             return st

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakegpu import drivers
+from fakegpu import drivers, fsutil
 from fakegpu.cluster.embedded import computedomains, install
 from fakegpu.cluster.embedded import node as nodemod
 from fakegpu.cluster.embedded.layout import NodeBinaries, NodeLayout
@@ -126,6 +126,40 @@ class EmbeddedNode:
 
     def start_kubelet(self, bins: NodeBinaries) -> None:
         self.record(KUBELET, nodemod.start_kubelet(self.layout, bins))
+
+    def replace_kubelet(self, bins: NodeBinaries, gates: dict[str, bool]) -> None:
+        """Run the kubelet of ``bins`` (its config rewritten with that minor's ``gates``) in
+        place of the running one: containerd, the node's pods and its plugins keep running.
+        Returns once the node is Ready under the new kubelet, fakegpu's plugin has been
+        registered by it (the plugin watcher of a starting kubelet finds the plugin's
+        registration socket) and the node's slices are whole."""
+        lay, pki = self.layout, self.layout.root / "pki"
+        cfg = nodemod.render_kubelet_config(
+            lay, ca=self.st.cp_dir / "pki" / "ca.crt", serving_cert=pki / "kubelet-serving.crt",
+            serving_key=pki / "kubelet-serving.key", gates=gates)
+        plugin = self.process(PLUGIN) if self.alive(PLUGIN) else None
+        mark = nodemod.log_size(plugin.log) if plugin else 0
+        if (old := self.process(KUBELET)) is not None:
+            terminate(old)
+        fsutil.atomic_write(lay.kubelet_config, cfg)
+        self.start_kubelet(bins)
+        kubelet = self.process(KUBELET)
+        assert kubelet is not None
+
+        def taken_over() -> bool:
+            with kubeapi.session(self.st.kubeconfig) as api:
+                return kubeapi.node_ready_on(api, self.name, bins.k8s_version)
+
+        wait_until(f"node {self.name} Ready under kubelet {bins.k8s_version}", taken_over,
+                   self.policy, watch=[kubelet], fatal=nodemod.FATAL_LOG_LINES)
+        if plugin is not None:
+            wait_until(f"fakegpu plugin of node {self.name} registered by kubelet "
+                       f"{bins.k8s_version}",
+                       lambda: nodemod.PLUGIN_REGISTERED in nodemod.written_since(plugin.log,
+                                                                                  mark),
+                       self.policy, watch=[kubelet, plugin])
+        if self.state.has_gpus:
+            self.wait_slices()
 
     def wait_ready(self) -> None:
         watch = [r for c in (KUBELET, CONTAINERD) if (r := self.process(c))]

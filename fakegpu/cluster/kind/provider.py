@@ -355,6 +355,13 @@ class KindProvider:
 
         return upgrade.upgrade(self, self._ready_state(name), target, say)
 
+    def upgrade_kubernetes(self, name: str, version: str,
+                           say: Callable[[str], None] = lambda _line: None) -> list[str]:
+        # A kind node's Kubernetes is its node image: moving it means new node containers.
+        raise InvalidInput(f"cluster {name!r} is a kind cluster: upgrade-kubernetes moves "
+                           "embedded clusters only; recreate it with --k8s-version "
+                           f"{version}")
+
     def _node_ready(self, st: KindState, node: str) -> bool:
         with kubeapi.session(st.kubeconfig) as api:
             return kubeapi.node_ready(api, node)
