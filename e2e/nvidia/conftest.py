@@ -27,6 +27,7 @@ from fakegpu.testkit.dra import (
     ResourceApi,
     allocation_results,
     attribute_value,
+    in_nvml_order,
     pod_claim_name,
     published_device,
 )
@@ -141,7 +142,7 @@ class Quickstart:
     @staticmethod
     def gpu_lines(devices: list[dict[str, Any]]) -> list[Listed]:
         """What `nvidia-smi -L` lists for whole GPUs: in the node's order, numbered from 0."""
-        ordered = sorted(devices, key=lambda d: int(attribute_value(d, "index")))
+        ordered = in_nvml_order(devices)
         return [Listed("GPU", i, str(attribute_value(d, "productName")),
                        str(attribute_value(d, "uuid"))) for i, d in enumerate(ordered)]
 

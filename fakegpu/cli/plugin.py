@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput
+from fakegpu.plugin import shape
 
 from . import add_verbose, argtypes, options, show_help
 
@@ -42,6 +43,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--shared-gpus", default="", metavar="MINORS",
                      help="comma-separated GPU minors to publish for several claims at once, "
                           "each taking a share of the memory (DRAConsumableCapacity)")
+    run.add_argument("--nvidia-compat-release", choices=shape.RELEASES, default=shape.CURRENT,
+                     help="with --driver nvidia: the NVIDIA driver release whose slices to "
+                          "publish; v25.3 adds the index, minor and parentIndex attributes its "
+                          "later releases dropped (default: %(default)s, as NVIDIA's main)")
+    run.add_argument("--consumable-shares", type=_shares, default=shape.SHARES_DISABLED,
+                     metavar="POLICY",
+                     help="with --driver nvidia: NVIDIA's consumable-shares policy for every "
+                          "GPU and static MIG device: disabled, memory, unlimited or a positive "
+                          "integer N (several claims at once; DRAConsumableCapacity) "
+                          "(default: %(default)s)")
     run.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
     run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
@@ -116,7 +127,15 @@ def _run(args: argparse.Namespace) -> int:
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
         grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig,
         keep_slices_on_exit=args.keep_slices_on_exit, probe_port=args.probe_port,
-        shared_gpus=_minors(args.shared_gpus)))
+        shared_gpus=_minors(args.shared_gpus), nvidia_release=args.nvidia_compat_release,
+        consumable_shares=args.consumable_shares))
+
+
+def _shares(text: str) -> str:
+    try:
+        return shape.parse_shares(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--consumable-shares: ")) from None
 
 
 def _minors(text: str) -> frozenset[int]:

@@ -26,6 +26,7 @@ from fakegpu.kube.errors import KubeError
 from . import slices
 from .discovery import Inventory
 from .driver import Devices
+from .shape import FAKEGPU, Shape
 from .slices import Taint
 
 log = logging.getLogger(__name__)
@@ -115,13 +116,14 @@ class SlicePublisher:
     def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
                  interval_s: float = 10.0,
                  health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None,
-                 nvidia_compatible: bool = False,
+                 shape: Shape = FAKEGPU,
                  still_faulty: Callable[[Inventory, Mapping[str, Sequence[Taint]]],
                                         Mapping[str, Sequence[Taint]]] | None = None) -> None:
         self._kube, self._devices = kube, devices
         self._driver, self._node, self._interval = driver, node, interval_s
         self._health = health or (lambda _inventory: {})
-        self._nvidia = nvidia_compatible
+        self._shape = shape  # fakegpu's or NVIDIA's (shape.py)
+        self._nvidia = shape.nvidia
         self._still_faulty = still_faulty or (lambda _inventory, taints: taints)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -169,7 +171,7 @@ class SlicePublisher:
                                        taints, self.use_taints, node_wide_lost=self._nvidia,
                                        owner=owner, separate_counters=separate_counters,
                                        use_counters=self.use_counters,
-                                       use_shared=self.use_shared)
+                                       use_shared=self.use_shared, shape=self._shape)
 
         desired = build(0)
         if slices.same_devices(existing, desired):

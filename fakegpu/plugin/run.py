@@ -20,7 +20,7 @@ from types import FrameType
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput, printable
 
-from . import discovery, healthsvc, names, version
+from . import discovery, healthsvc, names, shape, version
 from .checkpoint import Records
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
@@ -52,6 +52,8 @@ class Options:
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
     probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
+    nvidia_release: str = shape.CURRENT  # NVIDIA's release whose slice shape to follow
+    consumable_shares: str = shape.SHARES_DISABLED  # NVIDIA's --consumable-shares policy
 
 
 def usable_dir(flag: str, path: Path) -> None:
@@ -75,9 +77,26 @@ def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> 
     return any(p != own.registration and socket_alive(p) for p in candidates)
 
 
+def slice_shape(opts: Options, nvidia: bool) -> shape.Shape:
+    """The slices' shape; NVIDIA's options with another driver name are bad input (exit 2)."""
+    for flag, value, default in (("--nvidia-compat-release", opts.nvidia_release, shape.CURRENT),
+                                 ("--consumable-shares", opts.consumable_shares,
+                                  shape.SHARES_DISABLED)):
+        if value != default and not nvidia:
+            raise InvalidInput(f"{flag}: NVIDIA's driver's option, expected --driver nvidia "
+                               f"(got {printable(opts.driver_name)})")
+    try:
+        return shape.Shape(nvidia, opts.nvidia_release, opts.consumable_shares)
+    except ValueError as err:
+        raise InvalidInput(str(err)) from None
+
+
 def run(opts: Options, stop: threading.Event | None = None) -> int:
     if not opts.node_name:
         raise InvalidInput("--node is required (or set NODE_NAME)")
+    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
+    nvidia = drivers.is_nvidia(opts.driver_name)
+    look = slice_shape(opts, nvidia)
     # Each of these becomes part of a path (sockets, state dir) or a name the apiserver keeps:
     # one rule for all of them, checked before anything touches the disk.
     for flag, value in (("--node", opts.node_name), ("--driver", opts.driver_name),
@@ -110,8 +129,6 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, on_signal)
-    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
-    nvidia = drivers.is_nvidia(opts.driver_name)
     devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
@@ -134,7 +151,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     health = Health(opts.driver_name, nvidia)
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
                                opts.rediscover_interval_s, health=health.taints,
-                               nvidia_compatible=nvidia, still_faulty=health.still_faulty)
+                               shape=look, still_faulty=health.still_faulty)
     # The kubelet's health streams report the taints the slices carry (pod status, KEP-4680).
     def statuses() -> list[healthsvc.DeviceStatus]:
         inventory = devices.current()
