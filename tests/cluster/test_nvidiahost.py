@@ -151,6 +151,8 @@ def test_build_writes_the_driver_root_and_proc_files(node_state: Path, tmp_path:
     # The plugin resolves libnvidia-ml.so.1 and takes the directory as the driver's: it
     # must stay inside the root.
     assert (host.lib_dir / "libnvidia-ml.so.1").resolve() == versioned.resolve()
+    # NVIDIA's v25.12.0 refuses every CDI spec without a libcuda.so.* beside it (issue 27).
+    assert (host.lib_dir / "libcuda.so.580.95.05").is_file()
     smi = host.bin_dir / "nvidia-smi"
     assert os.access(smi, os.X_OK)
     listing = subprocess.run([str(smi), "-L"], env={**os.environ, **nvml_env.env(node_state)},
