@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/plugin/proto/*.proto)
+SOURCES := pyproject.toml setup.py $(wildcard fakegpu/nvml/csrc/*) $(wildcard fakegpu/kubeletplugin/proto/*.proto)
 
 .PHONY: demo test test-nvidia test-kind test-upgrade-kind lint fuzz bench clean
 
@@ -50,7 +50,7 @@ test-nvidia: $(STAMP)
 	$(VENV)/bin/python -m pytest $(call XDIST,$(PYTEST_WORKERS)) fakegpu/conformance \
 		e2e/test_nvidia_compatible.py \
 		e2e/test_computedomain.py e2e/test_basic_allocation.py e2e/test_pcie_alignment.py \
-		e2e/nvidia --fakegpu-driver nvidia \
+		e2e/test_nics.py e2e/nvidia --fakegpu-driver nvidia \
 		$(foreach image,$(NVIDIA_IMAGES),--fakegpu-image-alias $(image)) \
 		--fakegpu-cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
 

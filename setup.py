@@ -62,7 +62,7 @@ class build_py(_build_py):  # noqa: N801 - setuptools command naming
         super().run()
         out = ROOT / "fakegpu" if self.editable_mode else Path(self.build_lib) / "fakegpu"
         _load("fakegpu/nvml/build.py").build_library(out / "nvml" / "lib")
-        _load("fakegpu/plugin/proto/build.py").generate(out / "plugin" / "proto")
+        _load("fakegpu/kubeletplugin/proto/build.py").generate(out / "kubeletplugin" / "proto")
         _static_programs(out)
 
 

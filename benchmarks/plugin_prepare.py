@@ -50,11 +50,11 @@ from benchlib import load_average, machine
 from peers import EXAMPLE_DRIVER_GIT, example_driver
 
 from fakegpu import drivers
+from fakegpu.kubeletplugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
+from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.sockets import socket_alive, socket_paths
 from fakegpu.plugin.discovery import Device, Inventory
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
-from fakegpu.plugin.server import PluginServers
-from fakegpu.plugin.sockets import socket_alive, socket_paths
 from fakegpu.topology.packaged import FIXTURES
 
 DRIVER, GPUS, CLAIMS, NAMESPACE = drivers.FAKEGPU, 8, 100, "bench"

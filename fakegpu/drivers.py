@@ -6,6 +6,7 @@ NVIDIA-compatible, so the answer cannot differ between them.
 
 - ``FAKEGPU`` / ``NVIDIA``: the GPU drivers fakegpu's plugin publishes as;
 - ``CHOICES``: the ``--driver`` choice keys (``fakegpu``, ``nvidia``) and the driver of each;
+- ``NIC``: the NIC driver (``fakegpu nic run``), one name in both GPU driver modes;
 - the names derived from a GPU driver's domain (``gpu.X`` -> ``X``): the MIG DeviceClass
   ``mig.X``, the opaque configs' ``resource.X/v1beta1``, the ComputeDomain driver
   ``compute-domain.X``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 FAKEGPU = "gpu.fakegpu.dev"
 NVIDIA = "gpu.nvidia.com"  # NVIDIA's k8s-dra-driver-gpu: its manifests select this name
 DEFAULT = FAKEGPU
+NIC = "nic.fakegpu.dev"  # the NIC driver (fakegpu/nic), beside either GPU driver
 
 FAKEGPU_KEY = "fakegpu"
 NVIDIA_KEY = "nvidia"

@@ -35,15 +35,15 @@ from typing import Any
 import atheris
 
 with atheris.instrument_imports(include=["fakegpu.plugin"]):
-    from fakegpu.plugin import checkpoint, names
+    from fakegpu.kubeletplugin import checkpoint, names
     from fakegpu.plugin.discovery import discover
     from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-    from fakegpu.plugin.server import PluginServers
-    from fakegpu.plugin.sockets import socket_paths
+    from fakegpu.kubeletplugin.server import PluginServers
+    from fakegpu.kubeletplugin.sockets import socket_paths
 
 import grpc
 
-from fakegpu.plugin.proto import dra_v1_pb2, dra_v1beta1_pb2
+from fakegpu.kubeletplugin.proto import dra_v1_pb2, dra_v1beta1_pb2
 
 DRIVER = "gpu.fakegpu.dev"
 NODE = os.environ.get("FAKEGPU_FUZZ_NODE", "a100-0")  # the node whose NVML state grpc.sh set

@@ -48,13 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
         computedomain,
         conformance,
         kind,
+        nic,
         nvml,
         plugin,
         topology,
     )
     from . import fleet as fleet_cli
 
-    for module in (topology, nvml, plugin, cluster, fleet_cli, kind, conformance, bandwidth,
+    for module in (topology, nvml, plugin, nic, cluster, fleet_cli, kind, conformance, bandwidth,
                    computedomain, completion):
         module.register(sub)
     for command in subcommands(parser):

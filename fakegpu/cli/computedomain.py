@@ -33,7 +33,7 @@ def _namespace_arg(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _names(domain: str) -> Names:
-    from fakegpu.plugin import names as safe
+    from fakegpu.kubeletplugin import names as safe
 
     if why := safe.check("--domain", domain):
         raise InvalidInput(why)

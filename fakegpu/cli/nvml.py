@@ -14,6 +14,8 @@ from fakegpu.cli import argtypes
 from fakegpu.errors import EXIT_OK, FakegpuError, InvalidInput, printable
 
 GPU_HELP = "the GPU's index on the node (as nvidia-smi numbers it)"
+NIC_HELP = ("the NIC's interface name on the node (its nic.fakegpu.dev device's "
+            "interfaceName), for nic-link-down")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,10 +51,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_verbose(fault)
     fcmds = fault.add_subparsers(dest="fault_command", metavar="COMMAND")
     fault.set_defaults(func=show_help(fault))
-    kinds = "xid VALUE | ecc-dbe | gpu-lost | nvlink-down LINK | fabric-degraded"
+    kinds = ("xid VALUE | ecc-dbe | gpu-lost | nvlink-down LINK | fabric-degraded; "
+             "with --nic: nic-link-down")
     inject = fcmds.add_parser("inject", help=f"inject a fault: {kinds}")
     _node_args(inject, cluster=True)
-    inject.add_argument("--gpu", type=int, required=True, metavar="INDEX", help=GPU_HELP)
+    inject.add_argument("--gpu", type=int, metavar="INDEX", help=GPU_HELP)
+    inject.add_argument("--nic", metavar="INTERFACE", help=NIC_HELP)
     inject.add_argument("kind", metavar="KIND", help=kinds)
     inject.add_argument("value", nargs="?", type=int, metavar="VALUE",
                         help="the XID code (xid) or the link index (nvlink-down)")
@@ -60,7 +64,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inject.set_defaults(func=_inject)
     clear = fcmds.add_parser("clear", help="clear one kind of fault, or all of a GPU's faults")
     _node_args(clear, cluster=True)
-    clear.add_argument("--gpu", type=int, required=True, metavar="INDEX", help=GPU_HELP)
+    clear.add_argument("--gpu", type=int, metavar="INDEX", help=GPU_HELP)
+    clear.add_argument("--nic", metavar="INTERFACE", help=NIC_HELP)
     clear.add_argument("kind", nargs="?", metavar="KIND",
                        help=f"the kind of fault to clear: {kinds} (default: every fault)")
     clear.add_argument("value", nargs="?", type=int, metavar="VALUE",
@@ -174,13 +179,42 @@ def _cluster_output(args: argparse.Namespace,
     return nodenvml.run(args.cluster, args.node, command, args.provider)
 
 
+NIC_LINK_DOWN = "nic-link-down"
+
+
+def _target(args: argparse.Namespace) -> None:
+    """Exactly one of --gpu and --nic, and a kind that fits it."""
+    if (args.gpu is None) == (args.nic is None):
+        raise InvalidInput("give --gpu INDEX or --nic INTERFACE (one of them)")
+    if args.nic is not None and args.kind not in (None, NIC_LINK_DOWN):
+        raise InvalidInput(f"KIND: {args.kind!r} is a GPU fault; a NIC has {NIC_LINK_DOWN}")
+    if args.gpu is not None and args.kind == NIC_LINK_DOWN:
+        raise InvalidInput(f"KIND: {NIC_LINK_DOWN} needs --nic INTERFACE, not --gpu")
+
+
+def _nic_link(args: argparse.Namespace, up: bool) -> int:
+    """A NIC's link in the node's sysfs view, which its NIC plugin reads (docs/nics.md)."""
+    from fakegpu.nvml import sysfs
+
+    view = sysfs.path_for(_existing_state(args))
+    try:
+        sysfs.set_link(view, args.nic, up)
+    except KeyError:
+        have = ", ".join(sysfs.nic_names(view)) or "none"
+        raise InvalidInput(f"--nic: no NIC {args.nic!r} on this node (it has {have})") from None
+    return EXIT_OK
+
+
 def _inject(args: argparse.Namespace) -> int:
     from fakegpu.cluster.nodenvml import fault_args
     from fakegpu.nvml import faults
 
-    rc = _on_cluster(args, fault_args("inject", args.gpu, args.kind, args.value))
+    _target(args)
+    rc = _on_cluster(args, fault_args("inject", args.gpu, args.kind, args.value, args.nic))
     if rc is not None:
         return rc
+    if args.nic is not None:
+        return _nic_link(args, up=False)
     faults.inject(_existing_state(args), args.gpu, args.kind, args.value)
     return EXIT_OK
 
@@ -189,9 +223,12 @@ def _clear(args: argparse.Namespace) -> int:
     from fakegpu.cluster.nodenvml import fault_args
     from fakegpu.nvml import faults
 
-    rc = _on_cluster(args, fault_args("clear", args.gpu, args.kind, args.value))
+    _target(args)
+    rc = _on_cluster(args, fault_args("clear", args.gpu, args.kind, args.value, args.nic))
     if rc is not None:
         return rc
+    if args.nic is not None:
+        return _nic_link(args, up=True)
     faults.clear(_existing_state(args), args.gpu, args.kind, args.value)
     return EXIT_OK
 

@@ -35,9 +35,11 @@ def run(name: str, node: str, args: Sequence[str], provider: str | None = None
     return find(name, provider).node_nvml(name, node, args)
 
 
-def fault_args(action: str, gpu: int, kind: str | None, value: int | None) -> list[str]:
-    """The ``fakegpu fault`` command line for one injection or clearing (``action``)."""
-    args = ["fault", action, "--gpu", str(gpu)]
+def fault_args(action: str, gpu: int | None, kind: str | None, value: int | None,
+               nic: str | None = None) -> list[str]:
+    """The ``fakegpu fault`` command line for one injection or clearing (``action``) on a
+    GPU (NVML index) or, with ``nic``, a NIC (interface name)."""
+    args = ["fault", action, *(["--nic", nic] if nic is not None else ["--gpu", str(gpu)])]
     if kind is not None:
         args.append(kind)
     if value is not None:

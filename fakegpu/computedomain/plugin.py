@@ -43,7 +43,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kubernetes import client
@@ -51,14 +50,14 @@ from kubernetes import client
 from fakegpu import fsutil
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import errors
+from fakegpu.kube.errors import KubeError
 from fakegpu.kube.resource import GROUP
-from fakegpu.plugin import names as safe
-from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice
-from fakegpu.plugin.driver import PrepareResult
-from fakegpu.plugin.prepare import ClaimRef
-from fakegpu.plugin.run import usable_dir
-from fakegpu.plugin.server import PluginServers
-from fakegpu.plugin.sockets import socket_paths
+from fakegpu.kubeletplugin import cdispec, slicepool, startup
+from fakegpu.kubeletplugin import names as safe
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
+from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef, PrepareResult, allocated_results
+from fakegpu.kubeletplugin.kube import Kube
+from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.wait import NotYet, wait_for
 
 from . import fabric, killpoint, kube
@@ -84,8 +83,8 @@ CHANNELS = 8  # channel-0 .. channel-7 published per node (NVIDIA's driver: up t
 # from /proc/devices "nvidia-caps-imex-channels"), minor = channel number.
 IMEX_MAJOR = 511
 READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retries
-CDI_VERSION = "0.6.0"
 CDI_CLASS = "imex"
+MANAGED_BY = "fakegpu-compute-domain-plugin"
 DAEMON_STOP_S = 5.0
 # From a daemon's Popen until /proc shows its command line: moments, unless very loaded.
 DAEMON_EXEC_S = 10.0
@@ -108,31 +107,35 @@ class Config:
 # --- pure pieces -------------------------------------------------------------------------------
 
 
-def devices() -> list[dict[str, Any]]:
-    """This node's devices, in ResourceSlice form (resource.k8s.io v1/v1beta2). Every domain on the
-    node shares them: allowMultipleAllocations (an apiserver without DRAConsumableCapacity
-    drops it, and then one domain at a time uses a node)."""
+def devices(version: str) -> list[dict[str, Any]]:
+    """This node's devices, in ResourceSlice form. Every domain on the node shares them:
+    allowMultipleAllocations (an apiserver without DRAConsumableCapacity drops it, and then
+    one domain at a time uses a node)."""
     def device(kind: str, index: int) -> dict[str, Any]:
-        return {"name": f"{kind}-{index}", "allowMultipleAllocations": True,
-                "attributes": {"type": {"string": kind}, "id": {"int": index}}}
+        return slicepool.device(f"{kind}-{index}", {
+            "allowMultipleAllocations": True,
+            "attributes": {"type": {"string": kind}, "id": {"int": index}}}, version)
 
     return [*(device(CHANNEL, i) for i in range(CHANNELS)), device(DAEMON, 0)]
 
 
-def slice_object(names: Names, node: str, node_uid: str, version: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{version}", "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{names.driver}",
-                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
-                                          "uid": node_uid, "controller": True}]},
-        "spec": {"driver": names.driver, "nodeName": node,
-                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                 "devices": devices()},
-    }
+def slice_object(names: Names, node: str, owner: dict[str, Any] | None, version: str,
+                 generation: int = 1) -> dict[str, Any]:
+    return slicepool.pool_slice(names.driver, node, version, generation, devices(version),
+                                owner, MANAGED_BY)
 
 
-class ClaimError(Exception):
-    """This claim cannot be prepared: the message is its error (one line)."""
+class Publisher(slicepool.PoolPublisher):
+    """The node's one slice, kept by the base's pool publisher."""
+
+    def __init__(self, api: slicepool.SliceApi, names_: Names, node: str) -> None:
+        super().__init__(api, names_.driver, node, interval_s=30.0,
+                         name="cd-slice-publisher")
+        self._names = names_
+
+    def desired(self, version: str, generation: int,
+                owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return [slice_object(self._names, self._node, owner, version, generation)]
 
 
 @dataclass(frozen=True)
@@ -160,13 +163,8 @@ def plan(claim: dict[str, Any], ref: ClaimRef, names: Names, node: str) -> Plan:
     """The claim's devices of our driver on this node and its domain config. Raises
     ClaimError."""
     where = f"ResourceClaim {ref.namespace}/{ref.name}"
-    if (claim.get("metadata") or {}).get("uid") != ref.uid:
-        raise ClaimError(f"{where} has another UID (deleted and recreated)")
+    results = allocated_results(claim, ref, names.driver)
     allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = [r for r in (allocation.get("devices") or {}).get("results") or []
-               if r.get("driver") == names.driver]
-    if not results:
-        raise ClaimError(f"{where} has no devices allocated by driver {names.driver}")
     allocated = []
     for r in results:
         if r.get("pool") != node:
@@ -260,27 +258,22 @@ def cdi_spec(names_: Names, p: Plan, domain_ref: str, clique: str,
             if daemon:
                 edits["env"].append(f"{ENV_DAEMON}={daemon}")
         devs.append({"name": f"{p.ref.uid}-{a.device}", "containerEdits": edits})
-    return {"cdiVersion": CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
+    return {"cdiVersion": cdispec.CDI_VERSION, "kind": kind, "containerEdits": {"env": env},
             "devices": devs}
 
 
 def spec_filename(names_: Names, uid: str) -> str:
-    return f"{names_.driver.replace('.', '_')}-claim_{uid}.json"
+    return cdispec.spec_filename(names_.driver, uid)
 
 
 # --- the driver --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _DriverName:
-    driver: str
-
-
 class ComputeDomainDriver:
-    """What ``fakegpu.plugin.server`` calls: prepare / unprepare, one result per claim."""
+    """What ``fakegpu.kubeletplugin.server`` calls: prepare / unprepare, one result per claim."""
 
     def __init__(self, cfg: Config, api: client.ApiClient, resource_version: str) -> None:
-        self.cfg = _DriverName(cfg.names.driver)
+        self.driver_name = cfg.names.driver
         self.c = cfg
         self.names = cfg.names
         self.api = api
@@ -574,36 +567,6 @@ def _reap() -> None:
 # --- run -------------------------------------------------------------------------------------
 
 
-def publish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
-    node_uid = errors.call(f"cannot read Node {node}", lambda: kube.core(api).read_node(
-        node, _request_timeout=kube.TIMEOUT_S))
-    body = slice_object(names_, node, str(node_uid.metadata.uid), version)
-    name = body["metadata"]["name"]
-    objects = kube.custom(api)
-    try:
-        old = errors.call(f"cannot read ResourceSlice {name}", lambda: objects
-                          .get_cluster_custom_object(GROUP, version, "resourceslices", name,
-                                                     _request_timeout=kube.TIMEOUT_S))
-    except errors.NotFound:
-        errors.call(f"cannot create ResourceSlice {name}", lambda: objects
-                    .create_cluster_custom_object(GROUP, version, "resourceslices", body,
-                                                  _request_timeout=kube.TIMEOUT_S))
-        return
-    body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-    body["spec"]["pool"]["generation"] = int(old["spec"]["pool"].get("generation", 0)) + 1
-    errors.call(f"cannot replace ResourceSlice {name}", lambda: objects
-                .replace_cluster_custom_object(GROUP, version, "resourceslices", name, body,
-                                               _request_timeout=kube.TIMEOUT_S))
-
-
-def unpublish(api: client.ApiClient, names_: Names, node: str, version: str) -> None:
-    name = f"{node}-{names_.driver}"
-    with contextlib.suppress(errors.NotFound):
-        errors.call(f"cannot delete ResourceSlice {name}", lambda: kube.custom(api)
-                    .delete_cluster_custom_object(GROUP, version, "resourceslices", name,
-                                                  _request_timeout=kube.TIMEOUT_S))
-
-
 def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path,
         cdi_root: Path, state_dir: Path | None, namespace: str,
         stop: threading.Event | None = None) -> int:
@@ -611,40 +574,24 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     if names_ is None:
         raise InvalidInput(f"--driver-name {driver_name!r} is not a compute-domain driver "
                            "(compute-domain.<domain>)")
-    for flag, value in (("--node", node), ("--driver-name", driver_name),
-                        ("--namespace", namespace)):
-        if why := safe.check(flag, value):
-            raise InvalidInput(why)
-    try:
-        paths = socket_paths(kubelet_root, driver_name)
-    except ValueError as err:
-        raise InvalidInput(str(err)) from err
-    cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root,
-                 state_dir or kubelet_root / "plugins" / driver_name, namespace)
-    # The GPU plugin's check, before the apiserver or the disk fail on them: of the kubelet's
-    # root only the plugin's own directories (mounted from the node in the chart's pod, whose
-    # root is read-only there) must be usable.
-    for flag, path in (("--kubelet-root", paths.registration.parent),
-                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", cdi_root),
-                       ("--state-dir", cfg.state_dir)):
-        usable_dir(flag, path)
+    if why := safe.check("--namespace", namespace):
+        raise InvalidInput(why)
+    # The base's checks, before the apiserver or the disk fail on them.
+    paths, state = startup.prepare(node, driver_name, "", kubelet_root, cdi_root, state_dir)
+    cfg = Config(names_, node, kubeconfig, kubelet_root, cdi_root, state, namespace)
     api = connect(kubeconfig)
     version = kube.resource_version(api)
     driver = ComputeDomainDriver(cfg, api, version)
+    publisher = Publisher(Kube(kubeconfig), names_, node)
     try:
-        publish(api, names_, node, version)
-    except errors.KubeError as err:
+        publisher.sync()  # at once: the channels must be there before the kubelet asks
+    except KubeError as err:
         raise FakegpuError(f"cannot publish node {node}'s ResourceSlice: {err}") from err
+    publisher.start()
     driver.restart_daemons()
     stop = stop or threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-    servers = PluginServers(driver, paths, 8)  # type: ignore[arg-type]
+    startup.on_signals(stop)
+    servers = PluginServers(driver, paths, 8)
     log.info("serving driver=%s node=%s dra=%s", driver_name, node, paths.dra)
     while not stop.wait(2.0):
         _reap()
@@ -652,8 +599,7 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     # The IMEX daemons stay (docs/gb200.md): a plugin restart (an upgrade) must not take the
     # domains down; the next plugin adopts them, unprepare ends them.
     log.info("stopping; %d IMEX daemons keep running", driver.running_daemons())
-    try:
-        unpublish(api, names_, node, version)
-    except Exception as err:
-        log.warning("cannot delete this node's slice: %s", err)
+    publisher.stop()
+    if not startup.other_instances_alive(kubelet_root, driver_name, paths):
+        publisher.cleanup()
     return 0

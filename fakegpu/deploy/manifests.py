@@ -58,7 +58,8 @@ class Install:
         return {"NAME": self.name, "NAMESPACE": self.namespace,
                 "SERVICE_ACCOUNT": self.service_account, "DRIVER": self.driver,
                 "MIG_CLASS": self.mig_class, "EXTENDED_RESOURCE": self.extended_resource,
-                "RESOURCE_API": self.resource_api, "DOMAIN": self.domain}
+                "RESOURCE_API": self.resource_api, "DOMAIN": self.domain,
+                "NIC_DRIVER": drivers.NIC}
 
 
 def files() -> list[Traversable]:

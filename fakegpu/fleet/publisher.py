@@ -29,6 +29,7 @@ import pynvml
 from fakegpu import drivers
 from fakegpu.errors import FakegpuError
 from fakegpu.kube.errors import KubeError
+from fakegpu.kubeletplugin.slicepool import SliceApi
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
 from fakegpu.nvml import sysfs as nvml_sysfs
@@ -36,7 +37,7 @@ from fakegpu.plugin import discovery
 from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
 from fakegpu.plugin.health import Health, classify, read_all_faults
-from fakegpu.plugin.publish import SliceApi, SlicePublisher
+from fakegpu.plugin.publish import SlicePublisher
 from fakegpu.plugin.shape import Shape
 from fakegpu.topology.model import Node
 

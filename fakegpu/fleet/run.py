@@ -18,9 +18,9 @@ from types import FrameType
 
 from fakegpu import drivers
 from fakegpu.errors import FakegpuError, InvalidInput
+from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state as nvml_state
-from fakegpu.plugin.kube import Kube
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 
 def ready(kubelet_root: Path, driver: str, instance_id: str) -> tuple[bool, str]:
+    from fakegpu.kubeletplugin.sockets import socket_paths
     from fakegpu.plugin.probe import serving
-    from fakegpu.plugin.sockets import socket_paths
 
     return serving(socket_paths(kubelet_root, driver, instance_id))
 

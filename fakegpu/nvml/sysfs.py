@@ -12,16 +12,26 @@ root port, switch upstream and downstream ports, the endpoint), with ``vendor``,
 links. Bridge names below the root are illustrative; the root's and endpoints' are the
 topology's. A node without a known tree gets no view, and its GPUs publish no root.
 
+A NIC's directory holds what a network driver reads there: ``net/<interface>/address`` (the
+MAC, ``mac``), ``net/<interface>/speed`` (Mb/s, as the kernel writes it), for an RDMA port
+``infiniband/<rdma device>/`` and ``infiniband_verbs/uverbs<N>/{ibdev,dev}`` (N counts the
+node's RDMA ports in the topology's order), ``net/<interface>/carrier`` and ``operstate``
+(``0``/``down`` while a ``nic-link-down`` fault holds: ``set_link``), and
+``net/<interface>/fakegpu_role`` (the
+topology's ``role``, which no real sysfs file says).
+
 Processes find it through ``FAKEGPU_SYSFS`` (set beside the NVML state variable), as they find
 the fake library through the loader path; unset, they read the real ``/sys``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
 
+from fakegpu import fsutil
 from fakegpu.topology.model import Node, PciAddress, PcieRoot
 
 SYSFS_ENV = "FAKEGPU_SYSFS"
@@ -31,6 +41,15 @@ GPU_CLASS = "0x030200"  # 3D controller, as data-centre GPUs report it
 NIC_CLASS = {"ib": "0x020700", "en": "0x020000"}  # InfiniBand / Ethernet controller
 # PCI device ids of the NIC models the catalog names (the pci.ids database).
 NIC_DEVICE = {"ConnectX-6": "0x101b", "ConnectX-7": "0x1021", "BlueField-3": "0xa2dc"}
+UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192  # /dev/infiniband/uverbs<N>: char 231:192+N
+ROLE_FILE = "fakegpu_role"
+
+
+def mac(node: str, interface: str) -> str:
+    """The NIC's MAC: stable per node and interface, locally administered (02:...) so it can
+    never be a real vendor's address."""
+    digest = hashlib.sha256(f"{node}/{interface}".encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
 def path_for(state: str | Path) -> Path:
@@ -77,12 +96,29 @@ def render(node: Node, target: str | Path) -> Path | None:
         return {"vendor": NVIDIA_VENDOR, "device": f"0x{gpu.product.pci_device_id:04x}",
                 "class": GPU_CLASS, "numa_node": str(root.numa_node)}
 
+    rdma_ports = [n.name for n in tree.nics if n.rdma]
+
     def nic(parent: Path, index: int, root: PcieRoot) -> None:
         card = tree.nics[index]
         kind = "ib" if card.name.startswith("ib") else "en"
         files = {"vendor": MELLANOX_VENDOR, "device": NIC_DEVICE.get(card.model, "0x0000"),
                  "class": NIC_CLASS[kind], "numa_node": str(root.numa_node)}
-        (endpoint(parent, card.pci, files) / "net" / card.name).mkdir(parents=True)
+        where = endpoint(parent, card.pci, files)
+        net = where / "net" / card.name
+        net.mkdir(parents=True)
+        for name, value in (("address", mac(node.name, card.name)),
+                            ("speed", str(round(card.gbps * 1000))),
+                            ("carrier", "1"), ("operstate", "up"),
+                            (ROLE_FILE, str(card.role))):
+            (net / name).write_text(value + "\n", encoding="ascii")
+        if card.rdma:
+            (where / "infiniband" / card.rdma).mkdir(parents=True)
+            n = rdma_ports.index(card.name)
+            verbs = where / "infiniband_verbs" / f"uverbs{n}"
+            verbs.mkdir(parents=True)
+            (verbs / "ibdev").write_text(card.rdma + "\n", encoding="ascii")
+            (verbs / "dev").write_text(f"{UVERBS_MAJOR}:{UVERBS_MINOR_BASE + n}\n",
+                                       encoding="ascii")
 
     for switch in tree.switches:
         root = tree.roots[switch.root]
@@ -113,3 +149,19 @@ def render(node: Node, target: str | Path) -> Path | None:
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def nic_names(view: str | Path) -> list[str]:
+    """The interfaces of the NICs in a node's view."""
+    return sorted(p.name for p in Path(view).glob("devices/**/net/*") if p.is_dir())
+
+
+def set_link(view: str | Path, interface: str, up: bool) -> None:
+    """A NIC's link up or down in the view (``nic-link-down`` and its clearing), as the
+    kernel shows it: ``carrier`` 1/0, ``operstate`` up/down. Raises KeyError for an
+    interface the view does not have."""
+    found = [p for p in Path(view).glob(f"devices/**/net/{interface}") if p.is_dir()]
+    if not found:
+        raise KeyError(interface)
+    for name, value in (("carrier", "1" if up else "0"), ("operstate", "up" if up else "down")):
+        fsutil.atomic_write(found[0] / name, value + "\n", mode=0o644)

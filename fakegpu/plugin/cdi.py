@@ -7,20 +7,17 @@ claim-wide variables (NVIDIA_VISIBLE_DEVICES, DRA_ADMIN_ACCESS) sit at the top l
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fakegpu import fsutil
+from fakegpu.kubeletplugin import cdispec
 
 from . import nvmlmounts, sharing
 
 if TYPE_CHECKING:
     from .prepare import ClaimPlan
 
-CDI_VERSION = "0.6.0"
 CLASS = "gpu"
 
 
@@ -30,11 +27,7 @@ def kind(driver: str) -> str:
 
 def device_id(driver: str, claim_uid: str, device_name: str) -> str:
     """The fully qualified CDI device the kubelet hands to the runtime."""
-    return f"{kind(driver)}={claim_uid}-{device_name}"
-
-
-def spec_filename(driver: str, claim_uid: str) -> str:
-    return f"{driver.replace('.', '_')}-claim_{claim_uid}.json"
+    return cdispec.device_id(kind(driver), f"{claim_uid}-{device_name}")
 
 
 def _env_name(device_name: str) -> str:
@@ -79,48 +72,5 @@ def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dic
                                ("log", sharing.MPS_LOG_DIRECTORY))]
     if nvml is not None:
         edits = nvmlmounts.merge(edits, nvmlmounts.container_edits(nvml))
-    return {"cdiVersion": CDI_VERSION, "kind": kind(driver), "containerEdits": edits,
+    return {"cdiVersion": cdispec.CDI_VERSION, "kind": kind(driver), "containerEdits": edits,
             "devices": devices}
-
-
-def stage_spec(cdi_root: Path, filename: str, spec: dict[str, Any]) -> Path:
-    """The spec in a temp file; the caller renames it to ``cdi_root/filename``.
-
-    The temp name (``.<filename>.<random>.tmp``, fsutil's) is dot-prefixed and not ``.json``:
-    CDI loaders read only ``*.json`` / ``*.yaml``, so the runtime never sees half a spec. Not
-    synced: the CDI dir is usually a tmpfs, emptied at boot, and a spec lost or torn by a crash
-    is found by :func:`spec_sound` and written again before a claim is answered from its record.
-    """
-    return fsutil.write_temp(Path(cdi_root) / filename, json.dumps(spec, indent=1), mode=0o644,
-                             sync=False)
-
-
-def spec_sound(cdi_root: Path, filename: str, driver: str, device_ids: Sequence[str]) -> bool:
-    """True when the spec exists, parses, and defines every one of ``device_ids``."""
-    try:
-        spec = json.loads((Path(cdi_root) / filename).read_bytes())
-        defined = {d["name"] for d in spec["devices"]} if spec["kind"] == kind(driver) else set()
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return all(i.partition("=")[2] in defined for i in device_ids)
-
-
-def remove_spec(cdi_root: Path, filename: str) -> None:
-    (Path(cdi_root) / filename).unlink(missing_ok=True)
-
-
-def remove_stale_temps(cdi_root: Path, driver: str) -> list[Path]:
-    """Temp files a killed writer of this driver left (other drivers' files stay)."""
-    if not Path(cdi_root).is_dir():
-        return []
-    return fsutil.remove_stale_temps(cdi_root, spec_filename(driver, "*"))
-
-
-def claim_specs(cdi_root: Path, driver: str) -> dict[str, Path]:
-    """Claim UID -> this driver's spec file in ``cdi_root`` (other drivers' are not ours)."""
-    suffix = ".json"
-    prefix = spec_filename(driver, "")[:-len(suffix)]
-    if not Path(cdi_root).is_dir():
-        return {}
-    return {p.name[len(prefix):-len(suffix)]: p
-            for p in Path(cdi_root).glob(spec_filename(driver, "*"))}

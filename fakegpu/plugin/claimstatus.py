@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from .checkpoint import PreparedClaim, Records
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim, Records
+
 from .healthsvc import HEALTHY, DeviceStatus
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
-import os
 import re
 import threading
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from fakegpu.errors import MissingPrerequisite
-from fakegpu.nvml import sysfs
+from fakegpu.kubeletplugin import pcie
 
 from . import partitions
 
@@ -225,56 +224,16 @@ def normalize_bus_id(nvml_bus_id: str) -> str:
 NVIDIA_PCI_VENDOR = "0x10de"
 
 
-def sysfs_root() -> str:
-    """The sysfs the plugin reads: the node's fake host's view (``FAKEGPU_SYSFS``, set with the
-    NVML state: fakegpu/nvml/sysfs.py), else the real /sys."""
-    return os.environ.get(sysfs.SYSFS_ENV) or "/sys"
-
-
-def _device_dir(bus_id: str, root: str) -> tuple[str, str] | None:
-    """(the device's directory, its root complex) for an NVIDIA device, resolved as
-    k8s.io/dynamic-resource-allocation's deviceattribute package does: the link
-    ``bus/pci/devices/<bus id>`` must lead to ``devices/pci<domain>:<bus>/.../<bus id>``.
-    None when sysfs has no NVIDIA device at that address: a fake GPU without a view has no
-    node, and a host device that merely sits at the same address is not the GPU."""
-    link = os.path.join(root, "bus", "pci", "devices", bus_id)
-    try:
-        target = os.readlink(link)
-        with open(os.path.join(link, "vendor"), encoding="ascii") as f:
-            vendor = f.read().strip().lower()
-    except (OSError, ValueError):
-        return None
-    if vendor != NVIDIA_PCI_VENDOR:
-        return None
-    if not os.path.isabs(target):
-        target = os.path.normpath(os.path.join(os.path.dirname(link), target))
-    parts = os.path.relpath(target, root).split(os.sep)
-    if len(parts) < 3 or parts[0] != "devices" or not parts[1].startswith("pci") \
-            or parts[-1] != bus_id:
-        return None
-    return target, parts[1]
-
-
 def pcie_root(bus_id: str, root: str | None = None) -> str:
-    """``resource.kubernetes.io/pcieRoot`` (``pci0000:17``) of an NVIDIA device, from sysfs as
-    NVIDIA's driver reads it; "" (the attribute is then left out, as NVIDIA leaves it out)
-    when sysfs does not know the device."""
-    found = _device_dir(bus_id, root or sysfs_root())
-    return found[1] if found else ""
+    """``resource.kubernetes.io/pcieRoot`` of an NVIDIA device, as NVIDIA's driver reads it
+    (``kubeletplugin.pcie``); "" (left out, as NVIDIA leaves it out) when sysfs does not know
+    the device."""
+    return pcie.pcie_root(bus_id, NVIDIA_PCI_VENDOR, root)
 
 
 def numa_node(bus_id: str, root: str | None = None) -> int | None:
-    """``resource.kubernetes.io/numaNode``: the device's sysfs ``numa_node``; None (left out,
-    as the standard says for a device without NUMA affinity) when it is -1 or unknown."""
-    found = _device_dir(bus_id, root or sysfs_root())
-    if found is None:
-        return None
-    try:
-        with open(os.path.join(found[0], "numa_node"), encoding="ascii") as f:
-            node = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    return node if node >= 0 else None
+    """``resource.kubernetes.io/numaNode`` of an NVIDIA device (``kubeletplugin.pcie``)."""
+    return pcie.numa_node(bus_id, NVIDIA_PCI_VENDOR, root)
 
 
 # nvmlDeviceAddressingMode_t -> the strings NVIDIA's driver publishes (go-nvlib's

@@ -20,40 +20,29 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fakegpu import fsutil
 from fakegpu.errors import FakegpuError
+from fakegpu.kubeletplugin import cdispec, checkpoint, names
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim
+from fakegpu.kubeletplugin.claims import (
+    ClaimError,
+    ClaimRef,
+    ClaimSource,
+    PrepareResult,
+    write_device_status,
+)
+from fakegpu.kubeletplugin.statelock import LockTimeout, StateLock
 
-from . import cdi, checkpoint, names, sharing
-from .checkpoint import PreparedClaim
+from . import cdi, sharing
 from .discovery import Inventory, carry_lost
 from .dynmig import DynamicMig
-from .prepare import (
-    AllocatedDevice,
-    ClaimError,
-    ClaimPlan,
-    ClaimRef,
-    plan_claim,
-    prepared_claim,
-)
-from .statelock import LockTimeout, StateLock
+from .prepare import AllocatedDevice, ClaimPlan, plan_claim, prepared_claim
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 60.0
 STATUS_WORKERS = 16
-# HTTP answers that mean "this will never work as configured" (RBAC, admission, validation).
-_REFUSED = (401, 403, 422)
-STATUS_HINT = ("the plugin's service account needs update on resourceclaims/status and, "
-               "from Kubernetes 1.36 (granular status authorization), associated-node:update "
-               "on resourceclaims/driver for this driver; or run the plugin with "
-               "--no-device-status")
-
-
-class ClaimSource(Protocol):
-    def get_claim(self, namespace: str, name: str) -> dict[str, Any]: ...
-    def replace_claim_status(self, claim: dict[str, Any]) -> None: ...
-
 
 @dataclass(frozen=True)
 class DriverConfig:
@@ -66,12 +55,6 @@ class DriverConfig:
     dynamic_mig: bool = False  # partitions are created at prepare (dynmig.py)
     version: str = ""  # the plugin's version stamp (version.py), shown in claim status
     prepare_delay_s: float = 0.0  # test hook (version.PREPARE_DELAY_ENV): upgrade tests only
-
-
-@dataclass(frozen=True)
-class PrepareResult:
-    claim: PreparedClaim | None
-    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +103,10 @@ class Driver:
                      else None)
         self.recover()
 
+    @property
+    def driver_name(self) -> str:
+        return self.cfg.driver
+
     def recover(self) -> None:
         """Startup: remove temp files killed writers left, migrate an old checkpoint.
 
@@ -128,11 +115,11 @@ class Driver:
         try:
             with self._lock.cleanup():
                 self._records.recover()
-                for tmp in cdi.remove_stale_temps(self.cfg.cdi_root, self.cfg.driver):
+                for tmp in cdispec.remove_stale_temps(self.cfg.cdi_root, self.cfg.driver):
                     log.info("removed a temp file a killed writer left: %s", tmp)
                 # Specs are not synced and are removed after their record: a crash can leave
                 # one whose record is gone (or never was). No claim refers to it.
-                for uid, spec in cdi.claim_specs(self.cfg.cdi_root, self.cfg.driver).items():
+                for uid, spec in cdispec.claim_specs(self.cfg.cdi_root, self.cfg.driver).items():
                     if not names.problem(uid) and not self._records.path(uid).exists():
                         spec.unlink(missing_ok=True)
                         log.info("removed a CDI spec no prepared claim refers to: %s", spec)
@@ -290,7 +277,7 @@ class Driver:
     def _stage(self, plan: ClaimPlan) -> _Staged:
         prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance,
                                   self.cfg.version)
-        spec = cdi.stage_spec(self.cfg.cdi_root, prepared.cdi_spec,
+        spec = cdispec.stage_spec(self.cfg.cdi_root, prepared.cdi_spec,
                               cdi.build_spec(self.cfg.driver, plan, self._mps_start(plan)))
         try:
             record = self._records.stage(prepared)
@@ -336,7 +323,8 @@ class Driver:
         if record is None:
             return None
         ids = [i for d in record.devices for i in d.cdi_device_ids]
-        if not cdi.spec_sound(self.cfg.cdi_root, record.cdi_spec, self.cfg.driver, ids):
+        if not cdispec.spec_sound(self.cfg.cdi_root, record.cdi_spec,
+                                  cdi.kind(self.cfg.driver), ids):
             if repair:
                 log.warning("claim uid=%s has a record but no sound CDI spec %s: preparing it "
                             "again", uid, record.cdi_spec)
@@ -373,8 +361,8 @@ class Driver:
                         # which the kubelet's retried unprepare removes (by its fixed name).
                         if self._records.remove(ref.uid):
                             removed.append(ref)
-                        cdi.remove_spec(self.cfg.cdi_root,
-                                        cdi.spec_filename(self.cfg.driver, ref.uid))
+                        cdispec.remove_spec(self.cfg.cdi_root,
+                                        cdispec.spec_filename(self.cfg.driver, ref.uid))
                         shutil.rmtree(self._mps_dir(ref.uid), ignore_errors=True)
                         results[ref.uid] = ""
                 except OSError as err:
@@ -401,27 +389,4 @@ class Driver:
                      "pciBusID": d.device.pci_bus_id,
                      **({"pluginVersion": self.cfg.version} if self.cfg.version else {})},
         } for d in plan.devices]
-        names_ = {(e["pool"], e["device"]) for e in ours}
-        ref = plan.ref
-        for attempt in range(2):
-            status = claim.setdefault("status", {})
-            status["devices"] = [e for e in status.get("devices") or []
-                                 if not (e.get("driver") == self.cfg.driver
-                                         and (e.get("pool"), e.get("device")) in names_)] + ours
-            try:
-                self._claims.replace_claim_status(claim)
-                return ""
-            except Exception as err:
-                code = int(getattr(err, "status", 0) or 0)
-                if attempt == 0 and code == 409:  # written meanwhile: read it again, retry once
-                    try:
-                        claim = self._claims.get_claim(ref.namespace, ref.name)
-                        continue
-                    except Exception as again:
-                        err, code = again, int(getattr(again, "status", 0) or 0)
-                hint = f" ({STATUS_HINT})" if code in _REFUSED else ""
-                message = (f"cannot write device status on ResourceClaim "
-                           f"{ref.namespace}/{ref.name}: {err}{hint}")
-                log.error("prepare failed uid=%s: %s", ref.uid, message)
-                return message
-        return ""  # unreachable: the loop returns
+        return write_device_status(self._claims, claim, plan.ref, self.cfg.driver, ours)

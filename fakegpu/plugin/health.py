@@ -18,6 +18,8 @@ from typing import Any
 
 import pynvml
 
+from fakegpu.kubeletplugin.slicepool import Taint
+
 from . import discovery
 from .discovery import Device, Inventory
 from .slices import (
@@ -27,7 +29,6 @@ from .slices import (
     TAINT_FABRIC,
     TAINT_NVLINK,
     TAINT_XID,
-    Taint,
     taint,
 )
 

@@ -24,9 +24,11 @@ from typing import Any
 
 import grpc
 
+from fakegpu.kubeletplugin.proto import dra_health_v1_pb2, dra_health_v1alpha1_pb2
+from fakegpu.kubeletplugin.slicepool import Taint
+
 from .discovery import Inventory
-from .proto import dra_health_v1_pb2, dra_health_v1alpha1_pb2
-from .slices import TAINT_GPU_LOST, Taint, unhealthy
+from .slices import TAINT_GPU_LOST, unhealthy
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,10 @@ def device_statuses(driver: str, inventory: Inventory, taints: Mapping[str, Sequ
 
 
 class HealthStreams:
-    """Serves NodeWatchResources in v1 and v1alpha1 from one source of device statuses."""
+    """Serves NodeWatchResources in v1 and v1alpha1 from one source of device statuses (on
+    the DRA socket: ``server.ExtraService``)."""
+
+    versions: tuple[str, ...] = SUPPORTED_VERSIONS
 
     def __init__(self, pool: str, statuses: Callable[[], list[DeviceStatus]],
                  interval_s: float = 10.0, timeout_s: int = TIMEOUT_S) -> None:

@@ -11,21 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fakegpu.kubeletplugin import cdispec
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
+from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef, allocated_results
+
 from . import cdi
-from .checkpoint import PreparedClaim, PreparedDevice
 from .discovery import Device
 from .sharing import Sharing
-
-
-class ClaimError(Exception):
-    """This claim cannot be prepared; the message goes into the claim's response error."""
-
-
-@dataclass(frozen=True)
-class ClaimRef:
-    namespace: str
-    name: str
-    uid: str
 
 
 @dataclass(frozen=True)
@@ -50,18 +42,7 @@ class ClaimPlan:
 def plan_claim(claim: Mapping[str, Any], ref: ClaimRef, driver: str, node: str,
                devices: Mapping[str, Device]) -> ClaimPlan:
     """Pick this driver's results for this node from the claim's allocation. Raises ClaimError."""
-    meta = claim.get("metadata") or {}
-    if meta.get("uid") != ref.uid:
-        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} has UID {meta.get('uid')!r}, "
-                         f"not {ref.uid!r} (it was deleted and recreated)")
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not allocation:
-        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} is not allocated")
-    results = [r for r in (allocation.get("devices") or {}).get("results") or []
-               if r.get("driver") == driver]
-    if not results:
-        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} has no devices "
-                         f"allocated by driver {driver}")
+    results = allocated_results(claim, ref, driver)
     allocated: list[AllocatedDevice] = []
     for result in results:
         pool, name = result.get("pool"), result.get("device")
@@ -88,5 +69,5 @@ def prepared_claim(plan: ClaimPlan, driver: str, node: str, instance: str,
             request_names=(d.request,), pool_name=node, device_name=d.device.name,
             cdi_device_ids=(cdi.device_id(driver, plan.ref.uid, d.device.name),),
             share_id=d.share_id) for d in plan.devices),
-        cdi_spec=cdi.spec_filename(driver, plan.ref.uid), instance=instance,
+        cdi_spec=cdispec.spec_filename(driver, plan.ref.uid), instance=instance,
         plugin_version=version)

@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
-from .sockets import SocketPaths, socket_alive
+from fakegpu.kubeletplugin.sockets import SocketPaths, socket_alive
 
 log = logging.getLogger(__name__)
 PATH = "/readyz"

@@ -17,35 +17,23 @@ none. Slices are owned by their Node, as NVIDIA's are, when the plugin may read 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from fakegpu.kube.errors import KubeError
+from fakegpu.kubeletplugin import slicepool
+from fakegpu.kubeletplugin.slicepool import SliceApi, Taint
 
 from . import slices
 from .discovery import Inventory
 from .driver import Devices
 from .shape import FAKEGPU, Shape
-from .slices import Taint
 
 log = logging.getLogger(__name__)
-MAX_BACKOFF_S = 60.0
 SEPARATE_COUNTERS_MINOR = 35  # resource.k8s.io: a slice holds devices or counters, not both
 
 
 # The first Kubernetes minor whose apiserver accepts the taint effect None.
 EFFECT_NONE_MINOR = 35
-
-
-class SliceApi(Protocol):
-    def version(self) -> str: ...
-    def server_minor(self) -> int: ...
-    def node_uid(self, name: str) -> str: ...
-    def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]: ...
-    def create_slice(self, body: dict[str, Any]) -> dict[str, Any]: ...
-    def replace_slice(self, body: dict[str, Any]) -> dict[str, Any]: ...
-    def delete_slice(self, name: str) -> None: ...
 
 
 def sticky_taints(driver: str, inventory: Inventory,
@@ -60,7 +48,7 @@ def sticky_taints(driver: str, inventory: Inventory,
             if name not in uuids or slices.device_uuid(entry) != uuids[name]:
                 continue  # gone, or another device under the same name (MIG reconfigured)
             kept = [{k: v for k, v in t.items() if k in ("key", "value", "effect")}
-                    for t in slices.device_taints(entry)
+                    for t in slicepool.device_taints(entry)
                     if t.get("key", "").startswith(f"{driver}/") and t.get("key") not in current]
             if kept:
                 out[name] = kept
@@ -93,8 +81,8 @@ def fatal_only(taints: Mapping[str, Sequence[Taint]]) -> dict[str, list[Taint]]:
 def _kept_taints(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> bool:
     """False when we sent taints and the apiserver stored none (its taint gate is off)."""
     have = {e.get("name"): e for e in stored.get("spec", {}).get("devices") or []}
-    return all(slices.device_taints(have.get(e["name"], {}))
-               for e in sent["spec"].get("devices") or () if slices.device_taints(e))
+    return all(slicepool.device_taints(have.get(e["name"], {}))
+               for e in sent["spec"].get("devices") or () if slicepool.device_taints(e))
 
 
 def _dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[str]:
@@ -112,44 +100,23 @@ def _dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[s
     return dropped
 
 
-class SlicePublisher:
+class SlicePublisher(slicepool.PoolPublisher):
     def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
                  interval_s: float = 10.0,
                  health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None,
                  shape: Shape = FAKEGPU,
                  still_faulty: Callable[[Inventory, Mapping[str, Sequence[Taint]]],
                                         Mapping[str, Sequence[Taint]]] | None = None) -> None:
-        self._kube, self._devices = kube, devices
-        self._driver, self._node, self._interval = driver, node, interval_s
+        super().__init__(kube, driver, node, interval_s)
+        self._devices = devices
         self._health = health or (lambda _inventory: {})
         self._shape = shape  # fakegpu's or NVIDIA's (shape.py)
         self._nvidia = shape.nvidia
         self._still_faulty = still_faulty or (lambda _inventory, taints: taints)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="slice-publisher", daemon=True)
-        self.synced = threading.Event()  # set after the first successful publish
         self.use_taints = True  # until the apiserver shows it drops them
         self.use_counters = True  # dynamic MIG's counters, likewise (DRAPartitionableDevices)
         self.use_shared = True  # GPUs shared by memory, likewise (DRAConsumableCapacity)
-        self._owner: dict[str, Any] | None = None
         self.adopted: Mapping[str, Sequence[Taint]] = {}  # taints kept from published slices
-        self._owner_warned = False
-
-    def owner(self) -> dict[str, Any] | None:
-        """The Node's ownerReference, once read; None (logged once) while it cannot be read:
-        slices are then published without an owner rather than not at all."""
-        if self._owner is None:
-            try:
-                uid = self._kube.node_uid(self._node)
-            except KubeError as err:
-                if not self._owner_warned:
-                    self._owner_warned = True
-                    log.warning("cannot read Node %s (%s): publishing ResourceSlices without "
-                                "an owner (the plugin needs get on nodes)", self._node, err)
-                return None
-            self._owner = slices.node_owner(self._node, uid)
-        return self._owner
 
     def sync(self) -> bool:
         """Publish if needed; True when something changed. Raises KubeError."""
@@ -174,30 +141,15 @@ class SlicePublisher:
                                        use_shared=self.use_shared, shape=self._shape)
 
         desired = build(0)
-        if slices.same_devices(existing, desired):
+        if slicepool.same_devices(existing, desired):
             return False
-        generation = 1 + max((int(o["spec"]["pool"].get("generation") or 0) for o in existing),
-                             default=0)
+        generation = slicepool.next_generation(existing)
         desired = build(generation)
-        by_name: dict[str, dict[str, Any]] = {o["metadata"]["name"]: o for o in existing}
         dropped = False
         dropped_fields: set[str] = set()
-        for body in desired:
-            old = by_name.pop(body["metadata"]["name"], None)
-            if old is None:
-                stored = self._kube.create_slice(body)
-            else:
-                body["metadata"]["resourceVersion"] = old["metadata"].get("resourceVersion")
-                if "ownerReferences" not in body["metadata"] and \
-                        old["metadata"].get("ownerReferences"):
-                    # Another instance could read the Node: keep what it set (a replace
-                    # without them would drop them, and the two would flap).
-                    body["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"]
-                stored = self._kube.replace_slice(body)
+        for body, stored in slicepool.write_pool(self._kube, existing, desired):
             dropped = dropped or not _kept_taints(body, stored)
             dropped_fields |= _dropped_fields(body, stored)
-        for stale in by_name:
-            self._kube.delete_slice(stale)
         log.info("published ResourceSlices driver=%s pool=%s generation=%d devices=%d "
                  "tainted=%s version=%s", self._driver, self._node, generation,
                  sum(len(o["spec"].get("devices") or ()) for o in desired),
@@ -218,44 +170,3 @@ class SlicePublisher:
             self.use_shared = False
             self.poke()
         return True
-
-    def _loop(self) -> None:
-        backoff = 1.0
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                self.sync()
-                self.synced.set()
-                backoff = 1.0
-                wait = self._interval
-            except (KubeError, Exception) as err:  # keep serving the kubelet whatever happens
-                log.warning("cannot publish ResourceSlices (retry in %.0fs): %s", backoff, err)
-                wait, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
-            # Periodic rediscovery is the fallback; an NVML event wakes us at once.
-            self._wake.wait(wait)
-
-    def poke(self) -> None:
-        """Resync now (a device changed): called from the NVML event thread."""
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=30)
-
-    def cleanup(self, attempts: int = 3) -> bool:
-        """Delete this node's slices of this driver (uninstall). True when they are gone."""
-        for attempt in range(attempts):
-            try:
-                for obj in self._kube.list_slices(self._driver, self._node):
-                    self._kube.delete_slice(obj["metadata"]["name"])
-                log.info("deleted ResourceSlices driver=%s pool=%s", self._driver, self._node)
-                return True
-            except KubeError as err:
-                log.warning("cannot delete ResourceSlices (attempt %d/%d): %s",
-                            attempt + 1, attempts, err)
-                threading.Event().wait(1.0)
-        return False

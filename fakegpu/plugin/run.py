@@ -10,26 +10,24 @@ to adopt; should none come, the kubelet removes them after its grace period.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput, printable
+from fakegpu.kubeletplugin import startup
+from fakegpu.kubeletplugin.checkpoint import Records
+from fakegpu.kubeletplugin.kube import Kube
+from fakegpu.kubeletplugin.server import PluginServers
 
-from . import discovery, healthsvc, names, shape, version
-from .checkpoint import Records
+from . import discovery, healthsvc, shape, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
-from .kube import Kube
 from .probe import ReadinessEndpoint
 from .publish import SlicePublisher, merge_taints
-from .server import PluginServers
-from .sockets import SocketPaths, socket_alive, socket_paths
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +54,6 @@ class Options:
     consumable_shares: str = shape.SHARES_DISABLED  # NVIDIA's --consumable-shares policy
 
 
-def usable_dir(flag: str, path: Path) -> None:
-    """Make ``path`` (absolute: the kubelet and the runtime resolve it from elsewhere) or say in
-    one line why it cannot be, before the servers, the checkpoint or a CDI spec fail on it."""
-    if not path.is_absolute():
-        raise InvalidInput(f"{flag}: {printable(str(path))} is a relative path, expected an "
-                           "absolute one")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InvalidInput(f"{flag}: cannot create directory {printable(str(path))}: "
-                           f"{err.strerror or err}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise InvalidInput(f"{flag}: directory {printable(str(path))} is not writable")
-
-
-def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> bool:
-    registry = kubelet_root / "plugins_registry"
-    candidates = {*registry.glob(f"{driver}-reg.sock"), *registry.glob(f"{driver}-*-reg.sock")}
-    return any(p != own.registration and socket_alive(p) for p in candidates)
-
-
 def slice_shape(opts: Options, nvidia: bool) -> shape.Shape:
     """The slices' shape; NVIDIA's options with another driver name are bad input (exit 2)."""
     for flag, value, default in (("--nvidia-compat-release", opts.nvidia_release, shape.CURRENT),
@@ -92,43 +69,19 @@ def slice_shape(opts: Options, nvidia: bool) -> shape.Shape:
 
 
 def run(opts: Options, stop: threading.Event | None = None) -> int:
-    if not opts.node_name:
-        raise InvalidInput("--node is required (or set NODE_NAME)")
-    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
+    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health, slices' shape
+    # (docs/plugin.md); its options are checked before anything touches the disk.
     nvidia = drivers.is_nvidia(opts.driver_name)
     look = slice_shape(opts, nvidia)
-    # Each of these becomes part of a path (sockets, state dir) or a name the apiserver keeps:
-    # one rule for all of them, checked before anything touches the disk.
-    for flag, value in (("--node", opts.node_name), ("--driver", opts.driver_name),
-                        ("--instance-id", opts.instance_id)):
-        # (no instance id is fine: the default socket names)
-        if (value or flag != "--instance-id") and (why := names.check(flag, value)):
-            raise InvalidInput(why)
-    try:
-        paths = socket_paths(opts.kubelet_root, opts.driver_name, opts.instance_id)
-    except ValueError as err:
-        raise InvalidInput(str(err)) from err
-    state_dir = opts.state_dir or opts.kubelet_root / "plugins" / opts.driver_name
-    # Of the kubelet's root only the plugin's own directories in it must be writable: in the
-    # plugin's pod the root itself is read-only, only these are mounted from the node.
-    for flag, path in (("--kubelet-root", paths.registration.parent),
-                       ("--kubelet-root", paths.dra.parent), ("--cdi-root", opts.cdi_root),
-                       ("--state-dir", state_dir)):
-        usable_dir(flag, path)
+    paths, state_dir = startup.prepare(opts.node_name, opts.driver_name, opts.instance_id,
+                                       opts.kubelet_root, opts.cdi_root, opts.state_dir)
     stamp = version.current()
     log.info("fakegpu plugin version %s (from %s)", stamp.version, stamp.source)
     stop = stop or threading.Event()
     replaced = threading.Event()  # SIGUSR1: stopped to be replaced; leave the slices
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        if signum == signal.SIGUSR1:
-            replaced.set()
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            signal.signal(sig, on_signal)
+    startup.on_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1),
+                       lambda signum: replaced.set() if signum == signal.SIGUSR1 else None)
     devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
@@ -193,7 +146,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if opts.publish_slices:
         watcher.stop()
     if opts.publish_slices:
-        if other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
+        if startup.other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
             log.info("another instance serves driver=%s: leaving ResourceSlices in place",
                      opts.driver_name)
         elif replaced.is_set() or opts.keep_slices_on_exit:

@@ -8,7 +8,6 @@ attributes NVIDIA may add.
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -16,6 +15,8 @@ from typing import Any
 
 # GROUP, VERSIONS: the one resource.k8s.io rule (newest first), shared with cluster and test kit.
 from fakegpu.kube.resource import GROUP, VERSIONS
+from fakegpu.kubeletplugin import slicepool
+from fakegpu.kubeletplugin.slicepool import Taint, slice_name
 
 from . import partitions
 from .discovery import Device, Inventory
@@ -34,7 +35,6 @@ TAINT_FABRIC = "fabric"
 FOLLOW_NVML = (TAINT_GPU_LOST, TAINT_NVLINK, TAINT_FABRIC)
 NO_SCHEDULE = "NoSchedule"
 INFORMATIONAL = "None"  # the effect of a taint that only informs (resource.k8s.io 1.35+)
-Taint = dict[str, str]  # {"key", "value"?, "effect"}; timeAdded is left to the apiserver
 
 
 def taint(driver: str, name: str, value: str = "", effect: str = NO_SCHEDULE) -> Taint:
@@ -153,15 +153,7 @@ def device_entry(device: Device, inventory: Inventory, version: str,
         body["consumesCounters"] = [{
             "counterSet": partitions.counter_set_name(device.minor),
             "counters": partitions.counters_json(dict(device.consumes))}]
-    if version == "v1beta1":  # v1beta1 nests them under "basic"; later versions flattened it
-        return {"name": device.name, "basic": body}
-    return {"name": device.name, **body}
-
-
-def device_taints(entry: Mapping[str, Any]) -> list[Taint]:
-    """The taints of a published device entry, whatever the version's shape."""
-    body = entry.get("basic", entry)
-    return [dict(t) for t in body.get("taints") or []]
+    return slicepool.device(device.name, body, version)
 
 
 def device_uuid(entry: Mapping[str, Any]) -> str:
@@ -172,20 +164,6 @@ def device_uuid(entry: Mapping[str, Any]) -> str:
 def unhealthy(taints: Sequence[Taint]) -> bool:
     """Any taint that keeps claims off (an informational one does not)."""
     return any(t.get("effect") != INFORMATIONAL for t in taints)
-
-
-def node_owner(node: str, uid: str) -> dict[str, Any]:
-    """The ownerReference NVIDIA's slices carry (the kubelet plugin helper's): the Node, as
-    controller, so the garbage collector deletes the slices with the node."""
-    return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}
-
-
-def slice_name(driver: str, node: str, index: int) -> str:
-    """Deterministic, DNS-safe, <= 63 chars: every instance computes the same names."""
-    base = re.sub(r"[^a-z0-9-]", "-", f"{node}-{driver}".lower()).strip("-")
-    if len(base) > 50:
-        base = base[:41].rstrip("-") + "-" + hashlib.sha256(base.encode()).hexdigest()[:8]
-    return f"{base}-{index}"
 
 
 def build_slices(driver: str, node: str, inventory: Inventory, version: str,
@@ -297,44 +275,3 @@ def _by_gpu(devices: Sequence[Device], sets: list[dict[str, Any]], size: int
     return chunks, chunk_sets
 
 
-def _contains(have: Any, want: Any) -> bool:
-    """``want`` is in ``have``: the apiserver may add defaulted fields, never drop ours."""
-    if isinstance(want, dict):
-        return isinstance(have, dict) and all(k in have and _contains(have[k], v)
-                                              for k, v in want.items())
-    if isinstance(want, list):
-        return (isinstance(have, list) and len(have) == len(want)
-                and all(_contains(h, w) for h, w in zip(have, want, strict=True)))
-    return bool(have == want)
-
-
-def same_devices(existing: Sequence[dict[str, Any]], desired: Sequence[dict[str, Any]]) -> bool:
-    """True when the published slices already carry exactly the desired pool content."""
-    if len(existing) != len(desired):
-        return False
-    have = {o["metadata"]["name"]: o for o in existing}
-    for obj in desired:
-        spec = dict(obj["spec"])
-        spec["pool"] = {k: v for k, v in spec["pool"].items() if k != "generation"}
-        stored = have.get(obj["metadata"]["name"])
-        published = stored["spec"] if stored is not None else None
-        if not _contains(published, spec):
-            return False
-        # A slice published before the owner was known (or by an older version) gets it.
-        owners = obj["metadata"].get("ownerReferences")
-        if owners and not _contains((stored or {})["metadata"].get("ownerReferences"), owners):
-            return False
-        # "Contains" cannot see a taint that went away (desired then has no taints at all).
-        assert published is not None
-        if len(spec.get("devices") or []) != len(published.get("devices") or []):
-            return False
-        for mine, theirs in zip(spec.get("devices") or [], published.get("devices") or [],
-                                strict=True):
-            if [_bare(t) for t in device_taints(theirs)] != device_taints(mine):
-                return False
-    return True
-
-
-def _bare(published: Taint) -> Taint:
-    """A published taint without what the apiserver fills in (timeAdded)."""
-    return {k: v for k, v in published.items() if k in ("key", "value", "effect")}

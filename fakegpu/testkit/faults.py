@@ -41,6 +41,12 @@ def clear(cluster: ClusterInfo, node: str, gpu: int, kind: str | None = None,
     _run(cluster, node, nodenvml.fault_args("clear", gpu, kind, value))
 
 
+def nic_link(cluster: ClusterInfo, node: str, nic: str, up: bool) -> None:
+    """``nic-link-down`` on NIC ``nic`` (interface name) of ``node``, or its clearing."""
+    _run(cluster, node, nodenvml.fault_args("clear" if up else "inject", None,
+                                            None if up else "nic-link-down", None, nic))
+
+
 def smi(cluster: ClusterInfo, node: str) -> str:
     """The node's ``fakegpu smi`` view, read through NVML where the node's plugin reads it."""
     return _run(cluster, node, ["smi"])

@@ -9,7 +9,8 @@ import pytest
 from fakegpu.computedomain import plugin
 from fakegpu.computedomain.fabric import GpuFabric, NodeFabric
 from fakegpu.computedomain.names import daemon_endpoint, for_gpu_driver
-from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.kubeletplugin import slicepool
+from fakegpu.kubeletplugin.claims import ClaimRef
 
 NAMES = for_gpu_driver("gpu.nvidia.com")
 REF = ClaimRef("ns", "c", "uid-1")
@@ -38,7 +39,7 @@ def test_plan_reads_devices_and_the_domain() -> None:
     (claim(["channel-0"], domain=""), "domainID"),
     (claim(["channel-0"], driver="other"), "no devices allocated by driver"),
     (claim(["daemon-0"]), "goes with channel devices"),
-    ({**claim(["channel-0"]), "metadata": {"uid": "x"}}, "another UID"),
+    ({**claim(["channel-0"]), "metadata": {"uid": "x"}}, "deleted and recreated"),
 ])
 def test_a_claim_that_cannot_be_planned_says_why(raw: dict[str, Any], words: str) -> None:
     with pytest.raises(plugin.ClaimError) as err:
@@ -100,7 +101,7 @@ def test_a_channel_claim_names_its_nodes_imex_daemon(ip: str, endpoint: str) -> 
 
 
 def test_the_slice_publishes_channels_and_one_daemon() -> None:
-    s = plugin.slice_object(NAMES, "n0", "node-uid", "v1beta2")
+    s = plugin.slice_object(NAMES, "n0", slicepool.node_owner("n0", "node-uid"), "v1beta2")
     assert s["apiVersion"] == "resource.k8s.io/v1beta2"
     names = [d["name"] for d in s["spec"]["devices"]]
     assert names == [*(f"channel-{i}" for i in range(plugin.CHANNELS)), "daemon-0"]

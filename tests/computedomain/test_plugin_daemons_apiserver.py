@@ -28,7 +28,7 @@ from fakegpu.computedomain import killpoint, kube
 from fakegpu.computedomain.names import DAEMON, DAEMON_CONFIG_KIND, PLURAL, VERSION
 from fakegpu.computedomain.plugin import KILL_STEPS, ComputeDomainDriver, Config
 from fakegpu.deploy.manifests import NAMESPACE
-from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.kubeletplugin.claims import ClaimRef
 from fakegpu.wait import NotYet, wait_for
 
 from .conftest import NAMES
@@ -46,7 +46,7 @@ from fakegpu.computedomain.connect import connect
 from fakegpu.computedomain.names import for_cd_driver
 from fakegpu.computedomain.plugin import ComputeDomainDriver, Config
 from fakegpu.deploy.manifests import NAMESPACE
-from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.kubeletplugin.claims import ClaimRef
 driver, node, kubeconfig, root, action, ns, name, uid = sys.argv[1:]
 root = Path(root)
 api = connect(Path(kubeconfig))

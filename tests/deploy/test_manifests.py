@@ -33,7 +33,10 @@ def test_every_placeholder_is_filled(driver: str, mig: str) -> None:
     domain = driver.removeprefix("gpu.")
     compute = {f"compute-domain-default-channel.{domain}", f"compute-domain-daemon.{domain}"}
     classes = {c["metadata"]["name"]: c for c in objs if c["kind"] == "DeviceClass"}
-    assert set(classes) == {driver, mig, *compute}
+    assert set(classes) == {driver, mig, *compute, "nic.fakegpu.dev"}
+    # The NIC driver's (nic.yaml): one name in both GPU driver modes.
+    assert classes.pop("nic.fakegpu.dev")["spec"]["selectors"][0]["cel"]["expression"] == \
+        "device.driver == 'nic.fakegpu.dev'"
     for name in compute:  # the compute-domain driver's (computedomain.yaml)
         assert f"device.driver == 'compute-domain.{domain}'" in \
             classes.pop(name)["spec"]["selectors"][0]["cel"]["expression"]
@@ -45,7 +48,7 @@ def test_every_placeholder_is_filled(driver: str, mig: str) -> None:
     (role,) = [o for o in objs if o["kind"] == "ClusterRole"
                and o["metadata"]["name"] == manifests.RELEASE]
     (driver_rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
-    assert driver_rule["resourceNames"] == [driver]
+    assert driver_rule["resourceNames"] == [driver, "nic.fakegpu.dev"]  # the NIC plugin too
 
 
 @pytest.mark.parametrize(("driver", "group"), [("gpu.fakegpu.dev", "resource.fakegpu.dev"),

@@ -101,7 +101,8 @@ def test_rbac_is_least_privilege(helm: Path) -> None:
         ("resource.k8s.io", "resourceclaims/status"): ({"update", "patch"}, None),
         # 1.36+: device status is also authorized per driver, for claims on the token's node.
         ("resource.k8s.io", "resourceclaims/driver"):
-            ({"associated-node:update", "associated-node:patch"}, ["gpu.fakegpu.dev"]),
+            ({"associated-node:update", "associated-node:patch"},
+             ["gpu.fakegpu.dev", "nic.fakegpu.dev"]),  # the NIC plugin's too
         ("resource.k8s.io", "resourceslices"):
             ({"get", "list", "watch", "create", "update", "patch", "delete"}, None),
         ("", "nodes"): ({"get"}, None),  # the owner of the node's slices

@@ -18,13 +18,13 @@ import grpc
 import pytest
 
 from fakegpu import drivers
-from fakegpu.plugin.proto import (
+from fakegpu.kubeletplugin.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from fakegpu.plugin.sockets import socket_paths
+from fakegpu.kubeletplugin.sockets import socket_paths
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.packaged import FIXTURES
 

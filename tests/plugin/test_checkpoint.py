@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.plugin import checkpoint
-from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice, Records
+from fakegpu.kubeletplugin import checkpoint
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice, Records
 
 
 def _claim(uid: str) -> PreparedClaim:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakegpu.plugin.checkpoint import PreparedClaim, PreparedDevice, Records
+from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice, Records
 from fakegpu.plugin.claimstatus import ClaimConditions, apply, conditions
 from fakegpu.plugin.healthsvc import DeviceStatus
 

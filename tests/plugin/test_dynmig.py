@@ -174,7 +174,7 @@ print(json.dumps({"destroyed": len(destroyed), "after": instances(),
 _DRIVER = """
 import copy, pathlib
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-from fakegpu.plugin.prepare import ClaimRef
+from fakegpu.kubeletplugin.claims import ClaimRef
 
 state, cdi_root = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 
@@ -322,7 +322,7 @@ def test_a_prepare_killed_between_create_and_record_is_reconciled_and_created_on
     # The plugin dies (SIGKILL) right after creating the MIG device, before its record.
     killed = subprocess.run([sys.executable, "-c", _PRELUDE + _DRIVER + """
 import os, signal
-from fakegpu.plugin import checkpoint
+from fakegpu.kubeletplugin import checkpoint
 d = driver()
 claims.add("k", "uid-k", ["gpu-0-mig-2g20gb-14-2"])
 checkpoint.Records.stage = lambda self, claim: os.kill(os.getpid(), signal.SIGKILL)

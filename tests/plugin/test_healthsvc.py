@@ -13,11 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from fakegpu.plugin import healthsvc
-from fakegpu.plugin.discovery import Inventory
-from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-from fakegpu.plugin.healthsvc import DeviceStatus, HealthStreams, device_statuses
-from fakegpu.plugin.proto import (
+from fakegpu.kubeletplugin.proto import (
     dra_health_v1_pb2,
     dra_health_v1_pb2_grpc,
     dra_health_v1alpha1_pb2,
@@ -25,8 +21,12 @@ from fakegpu.plugin.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from fakegpu.plugin.server import PluginServers
-from fakegpu.plugin.sockets import socket_paths
+from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.sockets import socket_paths
+from fakegpu.plugin import healthsvc
+from fakegpu.plugin.discovery import Inventory
+from fakegpu.plugin.driver import Devices, Driver, DriverConfig
+from fakegpu.plugin.healthsvc import DeviceStatus, HealthStreams, device_statuses
 
 from .helpers import DRIVER, NODE, ClaimStore, gpu, inventory
 
@@ -78,7 +78,7 @@ def served(short_tmp: Path) -> Iterator[tuple[PluginServers, HealthStreams, Sour
     cfg = DriverConfig(driver=DRIVER, node=NODE, state_dir=short_tmp / "state",
                        cdi_root=short_tmp / "cdi", instance="", write_status=True)
     servers = PluginServers(Driver(cfg, ClaimStore(), Devices(inventory)),
-                            socket_paths(short_tmp, DRIVER), health=streams)
+                            socket_paths(short_tmp, DRIVER), extra=streams)
     yield servers, streams, source
     servers.stop(1)
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from fakegpu.kube.errors import KubeError
-from fakegpu.plugin.kube import Kube
+from fakegpu.kubeletplugin.kube import Kube
 
 
 class _Objects:

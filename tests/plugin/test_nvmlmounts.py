@@ -47,8 +47,9 @@ def test_the_claims_view_and_read_only_mounts() -> None:
 
 def test_a_claims_spec_carries_the_view_of_its_gpus(monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:
+    from fakegpu.kubeletplugin.claims import ClaimRef
     from fakegpu.plugin import cdi
-    from fakegpu.plugin.prepare import ClaimRef, plan_claim
+    from fakegpu.plugin.prepare import plan_claim
 
     from .helpers import DRIVER, NODE, claim, inventory
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fakegpu.kubeletplugin import slicepool
 from fakegpu.plugin import partitions
 from fakegpu.plugin.partitions import GpuPartitions, Profile
 from fakegpu.topology import catalog
@@ -163,7 +164,7 @@ def test_from_1_35_counters_have_slices_of_their_own() -> None:
             "jpeg-engines": 1, "ofa-engines": 0, "compute-slices": 1}.items()},
         "memory": {"value": "9984Mi"},  # canonical binary, as the apiserver stores it
         "memory-slice-5": {"value": "1"}}}]
-    assert slices.same_devices(out, slices.build_slices(DRIVER, NODE, inv, "v1", 2))
+    assert slicepool.same_devices(out, slices.build_slices(DRIVER, NODE, inv, "v1", 2))
 
 
 def test_nvidias_shape_of_dynamic_mig() -> None:

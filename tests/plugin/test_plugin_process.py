@@ -21,7 +21,7 @@ import pytest
 
 from fakegpu import drivers
 from fakegpu import wait as waiting
-from fakegpu.plugin.proto import (
+from fakegpu.kubeletplugin.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
@@ -384,9 +384,9 @@ def test_device_health_streams_to_the_kubelet_from_nvml_faults(
     import queue
     import threading
 
+    from fakegpu.kubeletplugin.proto import dra_health_v1alpha1_pb2 as pb
+    from fakegpu.kubeletplugin.proto import dra_health_v1alpha1_pb2_grpc as pb_grpc
     from fakegpu.nvml import faults
-    from fakegpu.plugin.proto import dra_health_v1alpha1_pb2 as pb
-    from fakegpu.plugin.proto import dra_health_v1alpha1_pb2_grpc as pb_grpc
 
     env, node, state_path = fake_node(short_tmp, "dgx-h100.yaml", 0)
     inst = Instance(short_tmp, apiserver, env, node, "hs", rediscover_s=600)

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef
 from fakegpu.plugin import cdi
-from fakegpu.plugin.prepare import ClaimError, ClaimRef, plan_claim, prepared_claim
+from fakegpu.plugin.prepare import plan_claim, prepared_claim
 
 from .helpers import DRIVER, NODE, claim, inventory
 

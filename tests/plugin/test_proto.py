@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.plugin.proto import build, dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
+from fakegpu.kubeletplugin.proto import build, dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
 
 
 def _fields(message: object) -> dict[str, int]:
@@ -41,15 +41,15 @@ def test_dra_contract(pb: object, version: str) -> None:
 
 
 def test_generate_into_a_fresh_package_dir(tmp_path: Path) -> None:
-    """What setup.py does: the stubs land in out_dir and import as fakegpu.plugin.proto.*."""
+    """What setup.py does: the stubs land in out_dir and import as fakegpu.kubeletplugin.proto.*."""
     out = tmp_path / "fakegpu" / "plugin" / "proto"
     written = build.generate(out)
     assert sorted(p.name for p in written) == sorted(build.generated_names())
     assert not build.is_stale(out)
     grpc_module = (out / "dra_v1_pb2_grpc.py").read_text()
-    assert "from fakegpu.plugin.proto import dra_v1_pb2" in grpc_module
+    assert "from fakegpu.kubeletplugin.proto import dra_v1_pb2" in grpc_module
     for pkg in (tmp_path / "fakegpu", tmp_path / "fakegpu" / "plugin", out):
         (pkg / "__init__.py").touch()
-    probe = ("import fakegpu.plugin.proto.dra_v1_pb2_grpc as g, fakegpu; "
+    probe = ("import fakegpu.kubeletplugin.proto.dra_v1_pb2_grpc as g, fakegpu; "
              f"assert fakegpu.__file__.startswith({str(tmp_path)!r}); print(g.DRAPluginStub)")
     subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True)

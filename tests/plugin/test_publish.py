@@ -178,7 +178,7 @@ def test_slices_are_owned_by_the_node_and_an_unreadable_node_is_said_once(
     # Without get on nodes: published all the same, without an owner, and said once.
     blind = SliceStore(node_uid=None)
     pub = SlicePublisher(blind, Devices(lambda: _indexed(2)), DRIVER, NODE)
-    with caplog.at_level(logging.WARNING, logger="fakegpu.plugin.publish"):
+    with caplog.at_level(logging.WARNING, logger="fakegpu.kubeletplugin.slicepool"):
         assert pub.sync() is True
         pub.poke()
         assert pub.sync() is False

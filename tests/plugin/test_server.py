@@ -11,8 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-from fakegpu.plugin.proto import (
+from fakegpu.kubeletplugin.proto import (
     dra_v1_pb2,
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
@@ -20,8 +19,9 @@ from fakegpu.plugin.proto import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from fakegpu.plugin.server import PluginServers
-from fakegpu.plugin.sockets import socket_paths
+from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.sockets import socket_paths
+from fakegpu.plugin.driver import Devices, Driver, DriverConfig
 
 from .helpers import DRIVER, NODE, ClaimStore, claim, inventory
 
@@ -385,7 +385,7 @@ def test_a_prepare_touches_only_its_own_claims_files(node: Node) -> None:
 
 def test_a_failed_record_write_rolls_back_the_spec(node: Node,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from fakegpu.plugin.checkpoint import Records
+    from fakegpu.kubeletplugin.checkpoint import Records
 
     def refuse(self: Records, uid: str, staged: Path) -> None:
         raise OSError(28, "No space left on device")
@@ -447,7 +447,7 @@ def test_a_one_claim_prepare_never_waits_for_a_big_batch(node: Node,
     """Issue input: one call with 10,000 claims held the node-wide lock for 40-80 s while a
     one-claim prepare waited. Here a batch is stopped while it writes its files; a one-claim
     prepare and unprepare from another client complete meanwhile."""
-    from fakegpu.plugin.checkpoint import Records
+    from fakegpu.kubeletplugin.checkpoint import Records
 
     stage, entered, release = Records.stage, threading.Event(), threading.Event()
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from fakegpu.kubeletplugin.claims import ClaimRef
 from fakegpu.plugin import sharing
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-from fakegpu.plugin.prepare import ClaimRef
 
 from .helpers import DRIVER, NODE, ClaimStore, claim, inventory
 

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from fakegpu.kubeletplugin import slicepool
 from fakegpu.plugin import slices
 from fakegpu.plugin.discovery import (
     Device,
@@ -59,10 +60,10 @@ def test_same_devices_ignores_generation_and_server_defaults() -> None:
     published = slices.build_slices(DRIVER, NODE, inventory(2), "v1", 5)
     published[0]["metadata"]["resourceVersion"] = "42"
     published[0]["spec"]["devices"][0]["allowMultipleAllocations"] = False  # a server default
-    assert slices.same_devices(published, desired)
+    assert slicepool.same_devices(published, desired)
     fewer = slices.build_slices(DRIVER, NODE, inventory(1), "v1", 5)
-    assert not slices.same_devices(fewer, desired)
-    assert not slices.same_devices([], desired)
+    assert not slicepool.same_devices(fewer, desired)
+    assert not slicepool.same_devices([], desired)
 
 
 @pytest.mark.parametrize(("nbytes", "text"), [(80 << 30, "80Gi"), (81559 << 20, "81559Mi"),
@@ -72,7 +73,7 @@ def test_quantity(nbytes: int, text: str) -> None:
 
 
 def test_slice_names_are_dns_labels() -> None:
-    name = slices.slice_name("gpu.fakegpu.dev", "a-very-long-node-name-" * 4, 0)
+    name = slicepool.slice_name("gpu.fakegpu.dev", "a-very-long-node-name-" * 4, 0)
     assert len(name) <= 63 and name == name.lower() and "." not in name
 
 
@@ -172,14 +173,14 @@ def test_unknown_pcie_root_and_addressing_mode_are_left_out() -> None:
 
 
 def test_slices_are_owned_by_their_node() -> None:
-    owner = slices.node_owner(NODE, "1234-uid")
+    owner = slicepool.node_owner(NODE, "1234-uid")
     objs = slices.build_slices(DRIVER, NODE, inventory(2), "v1", 1, owner=owner)
     assert objs[0]["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "1234-uid", "controller": True}]
     # A slice published without the owner (before it was known) is not "the same".
     unowned = slices.build_slices(DRIVER, NODE, inventory(2), "v1", 1)
-    assert not slices.same_devices(unowned, objs)
-    assert slices.same_devices(objs, unowned)  # no owner known: whatever is there is kept
+    assert not slicepool.same_devices(unowned, objs)
+    assert slicepool.same_devices(objs, unowned)  # no owner known: whatever is there is kept
 
 
 def test_informational_taints_keep_the_device_in_a_pool_without_taints() -> None:
@@ -226,9 +227,9 @@ def test_same_devices_sees_a_taint_go_away() -> None:
     xid = slices.taint(DRIVER, slices.TAINT_XID, "79")
     tainted = slices.build_slices(DRIVER, NODE, inventory(2), "v1", 4, {"gpu-0": [xid]})
     tainted[0]["spec"]["devices"][0]["taints"][0]["timeAdded"] = "2025-01-01T00:00:00Z"
-    assert slices.same_devices(tainted, slices.build_slices(DRIVER, NODE, inventory(2), "v1", 0,
+    assert slicepool.same_devices(tainted, slices.build_slices(DRIVER, NODE, inventory(2), "v1", 0,
                                                             {"gpu-0": [xid]}))
-    assert not slices.same_devices(tainted, slices.build_slices(DRIVER, NODE, inventory(2),
+    assert not slicepool.same_devices(tainted, slices.build_slices(DRIVER, NODE, inventory(2),
                                                                 "v1", 0))
 
 

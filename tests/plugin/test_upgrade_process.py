@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from fakegpu.plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
+from fakegpu.kubeletplugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 
 from . import test_plugin_process as processes
 from .test_plugin_process import DRIVER, Instance, Pool, allocate, wait_for

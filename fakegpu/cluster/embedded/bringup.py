@@ -239,6 +239,12 @@ class Bringup:
         for node in self._members():
             if node.state.has_gpus:
                 node.wait_slices()
+        # The NIC plugin on every node whose fake host shows a PCIe tree (docs/nics.md).
+        nic_nodes = [n for n in self._members() if n.has_nics(envs[n.name])]
+        for node in nic_nodes:
+            node.start_nics(envs[node.name])
+        for node in nic_nodes:
+            node.wait_nics()
         if st.runs_own_plugin():
             # The compute-domain plugin on every GPU node, then the ComputeDomain controller.
             for node in self._members():

@@ -110,6 +110,11 @@ class NodeLayout:
         return self.root / "plugin"
 
     @property
+    def nic_state_dir(self) -> Path:
+        """The NIC plugin's records; its path also names the node's NIC links (nic/netdev.py)."""
+        return self.root / "nic-plugin"
+
+    @property
     def nvml_state(self) -> Path:
         return self.root / "nvml" / "node.state"
 

@@ -282,6 +282,22 @@ def start_plugin(
     ], layout.log_dir / (f"plugin-{instance_id}.log" if instance_id else "plugin.log"), env=env)
 
 
+def start_nic_plugin(layout: NodeLayout, nvml_env: Mapping[str, str]) -> ProcessRecord:
+    """The node's NIC plugin (fakegpu/nic): it reads the node's sysfs view, which ``nvml_env``
+    points to (FAKEGPU_SYSFS), under the GPU plugin's service account."""
+    env = dict(os.environ)
+    env.pop("POD_UID", None)
+    env.update(nvml_env)
+    return spawn(f"nic-plugin/{layout.name}", [
+        sys.executable, "-m", "fakegpu", "nic", "run",
+        "--node", layout.name,
+        "--kubeconfig", str(layout.plugin_kubeconfig),
+        "--kubelet-root", str(layout.kubelet_root),
+        "--cdi-root", str(layout.cdi_dir),
+        "--state-dir", str(layout.nic_state_dir),
+    ], layout.log_dir / "nic-plugin.log", env=env)
+
+
 def shim_pids(layout: NodeLayout) -> list[int]:
     """containerd-shim processes serving this node's containerd (by their -address argument)."""
     from fakegpu.cluster.process import pids_matching

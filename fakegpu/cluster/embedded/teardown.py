@@ -18,6 +18,8 @@ from fakegpu.cluster import cleanup
 from fakegpu.cluster.embedded import computedomains, fleet, network, worker
 from fakegpu.cluster.embedded.state import ClusterState, StateError, cached_binaries
 from fakegpu.cluster.process import WaitPolicy, kill_pids, pids_matching, terminate
+from fakegpu.kubeletplugin.checkpoint import Records
+from fakegpu.nic import netdev
 
 # The control plane's processes, stopped after the nodes, last started first.
 CONTROL_PLANE = (computedomains.CONTROLLER, "kube-scheduler", "kube-controller-manager",
@@ -45,6 +47,7 @@ def delete(root: Path, name: str, console: Console, policy: WaitPolicy) -> None:
     cleanup.unmount_under(root)
     if st is not None:
         network.delete(st)
+        _remove_nic_links(st)
     for rel in _cgroups(name, st):
         cleanup.remove_cgroup_tree(rel)
     _remove_host_leftovers(root, name)
@@ -62,6 +65,19 @@ def stop_everything(st: ClusterState, policy: WaitPolicy) -> None:
     for comp in CONTROL_PLANE:
         if rec := st.process(comp):
             terminate(rec)
+
+
+def _remove_nic_links(st: ClusterState) -> None:
+    """The node-side interfaces of NIC claims prepared for pods that never took them (a pod
+    that did takes them along when its namespace goes): the host's network namespace is
+    shared, so they would outlive the cluster."""
+    for n in st.nodes:
+        state = st.layout(n).nic_state_dir
+        if not state.is_dir():
+            continue
+        links = [netdev.host_link(str(state), d.device_name)
+                 for claim in Records(state).all().values() for d in claim.devices]
+        cleanup.delete_links(name for link in links for name in (link.wire, link.port))
 
 
 def _cgroups(name: str, st: ClusterState | None) -> list[str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakegpu import drivers
 from fakegpu.cluster.embedded import computedomains, install
 from fakegpu.cluster.embedded import node as nodemod
 from fakegpu.cluster.embedded.layout import NodeBinaries, NodeLayout
@@ -30,6 +31,7 @@ from fakegpu.cluster.process import (
 from fakegpu.deploy.manifests import Install
 from fakegpu.kube import api as kubeapi
 from fakegpu.node.entrypoint import plugin_args
+from fakegpu.nvml.sysfs import SYSFS_ENV
 from fakegpu.plugin import version as plugin_version
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.model import Topology
@@ -47,8 +49,9 @@ EXTERNAL = Component("extplugin", True)  # another vendor's plugin (--plugin-bin
 PLUGIN = Component("plugin", True)  # fakegpu's serving plugin instance
 PENDING = Component("plugin-pending", False)  # an upgrade's new instance, not yet serving
 COMPUTE_DOMAINS = Component(computedomains.PLUGIN, False)
+NICS = Component("nic-plugin", False)  # the NIC driver's plugin (fakegpu/nic)
 # Start order; stopped in the reverse order.
-COMPONENTS = (CONTAINERD, KUBELET, EXTERNAL, PLUGIN, PENDING, COMPUTE_DOMAINS)
+COMPONENTS = (CONTAINERD, KUBELET, EXTERNAL, PLUGIN, PENDING, COMPUTE_DOMAINS, NICS)
 
 
 def install_values(st: ClusterState, api_version: str = "v1") -> Install:
@@ -169,6 +172,21 @@ class EmbeddedNode:
         self.record(COMPUTE_DOMAINS, computedomains.start_plugin(self.layout, self.st.driver,
                                                                  env))
 
+    def has_nics(self, env: dict[str, str]) -> bool:
+        """Whether the node's fake host shows a PCIe tree (its NICs): the NIC plugin's input."""
+        return SYSFS_ENV in env
+
+    def start_nics(self, env: dict[str, str]) -> None:
+        self._credentials()
+        self.record(NICS, nodemod.start_nic_plugin(self.layout, env))
+
+    def wait_nics(self) -> None:
+        rec = self.process(NICS)
+        assert rec is not None, f"the NIC plugin of {self.name} was started"
+        wait_until(f"a whole ResourceSlice pool of node {self.name} (NIC plugin, {drivers.NIC})",
+                   lambda: self.name in kubeapi.complete_pools(
+                       node_slices(self.st, self.name, drivers.NIC)), self.policy, watch=[rec])
+
     def wait_slices(self) -> None:
         """Until each of its plugins published a whole ResourceSlice pool for this node."""
         ext = self.st.external_plugin()
@@ -205,6 +223,9 @@ class EmbeddedNode:
         if self.st.runs_own_plugin() and self.state.has_gpus and not self.alive(
                 COMPUTE_DOMAINS):
             self.start_compute_domains(env)
+        if self.has_nics(env) and not self.alive(NICS):
+            self.start_nics(env)
+            self.wait_nics()
 
     def _credentials(self) -> None:
         """The chart's service account with a token bound to this node's Node object (it

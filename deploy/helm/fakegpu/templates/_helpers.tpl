@@ -91,7 +91,8 @@ fails the render.
       "${DRIVER}" (include "fakegpu.driverName" $root)
       "${MIG_CLASS}" (include "fakegpu.migClassName" $root)
       "${EXTENDED_RESOURCE}" (include "fakegpu.extendedResourceName" $root)
-      "${DOMAIN}" (include "fakegpu.driverDomain" $root) -}}
+      "${DOMAIN}" (include "fakegpu.driverDomain" $root)
+      "${NIC_DRIVER}" "nic.fakegpu.dev" -}}
 {{- if contains "${RESOURCE_API}" $text -}}
 {{- $_ := set $values "${RESOURCE_API}" (include "fakegpu.resourceApiVersion" $root) -}}
 {{- end -}}

@@ -6,8 +6,8 @@ itself is not importable while it is being built.
 
 grpc_tools writes ``from <dir.of.proto> import x_pb2`` between generated files, derived from
 the proto's path under its include root. So the protos are staged under
-``fakegpu/plugin/proto/`` in a scratch root: the imports then read
-``from fakegpu.plugin.proto import ...`` and resolve wherever the package is installed.
+``fakegpu/kubeletplugin/proto/`` in a scratch root: the imports then read
+``from fakegpu.kubeletplugin.proto import ...`` and resolve wherever the package is installed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PACKAGE_PATH = Path("fakegpu", "plugin", "proto")
+PACKAGE_PATH = Path("fakegpu", "kubeletplugin", "proto")
 
 
 def proto_files() -> list[Path]:

@@ -1,8 +1,9 @@
-"""The kubelet-facing gRPC servers: registration, the DRA service in v1 and v1beta1, and
-(optional) DRAResourceHealth in v1 and v1alpha1 on the same socket.
+"""The kubelet-facing gRPC servers of every fakegpu kubelet plugin: registration, the DRA
+service in v1 and v1beta1, and any further services on the same socket (the GPU plugin's
+DRAResourceHealth).
 
-Thin adapters: protobuf <-> ``driver.Driver`` calls. Handlers are thread-safe because the
-driver is (file lock + checkpoint reload per call). A malformed request is INVALID_ARGUMENT;
+Thin adapters: protobuf <-> ``claims.ClaimDriver`` calls. Handlers are thread-safe because the
+drivers are (file lock + checkpoint reload per call). A malformed request is INVALID_ARGUMENT;
 a claim that cannot be prepared is that claim's error string, never a failed call.
 """
 
@@ -12,14 +13,12 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
-from . import healthsvc, names
-from .driver import Driver
-from .healthsvc import HealthStreams
-from .prepare import ClaimRef
+from . import names
+from .claims import ClaimDriver, ClaimRef
 from .proto import dra_v1_pb2, dra_v1beta1_pb2, pluginregistration_pb2
 from .sockets import SocketPaths
 
@@ -91,7 +90,7 @@ def _refs(request: Any, context: grpc.ServicerContext) -> list[ClaimRef]:
     return refs
 
 
-def dra_handler(driver: Driver, version: str) -> grpc.GenericRpcHandler[Any, Any]:
+def dra_handler(driver: ClaimDriver, version: str) -> grpc.GenericRpcHandler[Any, Any]:
     """The DRAPlugin service of one API version; both versions share the driver."""
     service, pb = _DRA_SERVICES[version]
 
@@ -143,17 +142,27 @@ def _listen(handlers: list[grpc.GenericRpcHandler[Any, Any]], path: Path,
     return server
 
 
+class ExtraService(Protocol):
+    """A further service on the DRA socket, advertised by its ``versions``."""
+
+    @property
+    def versions(self) -> Sequence[str]: ...
+
+    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]: ...
+    def stop(self) -> None: ...
+
+
 class PluginServers:
     """Both servers of one instance. Start DRA first: registration announces its endpoint."""
 
-    def __init__(self, driver: Driver, paths: SocketPaths, workers: int = 8,
-                 health: HealthStreams | None = None) -> None:
+    def __init__(self, driver: ClaimDriver, paths: SocketPaths, workers: int = 8,
+                 extra: ExtraService | None = None) -> None:
         self.paths = paths
         self.registration = RegistrationService(
-            driver.cfg.driver, paths.dra, healthsvc.SUPPORTED_VERSIONS if health else ())
-        self._health = health
+            driver.driver_name, paths.dra, extra.versions if extra else ())
+        self._extra = extra
         self._dra = _listen([dra_handler(driver, "v1"), dra_handler(driver, "v1beta1"),
-                             *(health.handlers() if health else ())], paths.dra, workers)
+                             *(extra.handlers() if extra else ())], paths.dra, workers)
         try:
             self._reg = _listen([self.registration.handler()], paths.registration, 2)
         except BaseException:
@@ -169,8 +178,8 @@ class PluginServers:
         (Unavailable, "use of closed network connection") during a rolling upgrade under
         load. Meanwhile new calls go to the newest registered instance (the kubelet prefers
         it), or fail and are retried when there is none."""
-        if self._health is not None:
-            self._health.stop()  # health streams never finish by themselves
+        if self._extra is not None:
+            self._extra.stop()  # streams (health) never finish by themselves
         self._dra.stop(grace_s).wait()
         self._reg.stop(0).wait()
         self.paths.registration.unlink(missing_ok=True)

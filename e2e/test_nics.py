@@ -1,0 +1,90 @@
+"""The NIC driver on a DGX H100: a claim for a GPU and a NIC with ``matchAttribute:
+resource.kubernetes.io/pcieRoot`` gets a GPU and its compute NIC under one root; the pod sees
+the NIC as a network interface (its name and MAC as the slice publishes them) and its RDMA
+verbs node; the claim's status carries the interface's network data. A storage NIC shares a
+root with no GPU, so asking for one beside a GPU under one root stays pending. A
+``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
+
+Observes only the API (slices, the claim, the pod's conditions) and what the pod sees.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as kclient
+
+from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.testkit import faults
+from fakegpu.testkit.dra import ResourceApi, attribute_value, node_devices
+from fakegpu.testkit.nics import (
+    NIC_DRIVER,
+    PCIE_ROOT,
+    assert_pending,
+    interfaces,
+    rdma_nodes,
+    running_claim,
+    start_pod,
+)
+from fakegpu.testkit.wait import until_true, wait_for
+
+# The embedded provider runs the NIC plugin; the kind provider does not yet (docs/nics.md).
+pytestmark = [pytest.mark.e2e, pytest.mark.provider("embedded"),
+              pytest.mark.topology("dgx-h100")]
+
+
+def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
+    fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic", PCIE_ROOT)
+    claim, gpu, nic = running_claim(fakegpu_cluster, core_v1, resource_api, namespace,
+                                    "gpu-nic")
+    root = attribute_value(nic, PCIE_ROOT)
+    assert root and attribute_value(gpu, PCIE_ROOT) == root, (gpu["name"], nic["name"])
+    assert attribute_value(nic, "role") == "compute"
+    name, mac = attribute_value(nic, "interfaceName"), attribute_value(nic, "macAddress")
+    # What the pod sees: the interface, named and addressed as published, and one verbs node.
+    seen = interfaces(core_v1, namespace, "gpu-nic")
+    assert seen.get(name) == mac, seen
+    verbs = rdma_nodes(core_v1, namespace, "gpu-nic")
+    assert len(verbs) == 1 and "uverbs" in verbs[0] and " 231," in verbs[0], verbs
+    # The claim's status: the NIC driver's entry with the interface's network data.
+    entries = [e for e in (claim.get("status") or {}).get("devices") or []
+               if e.get("driver") == NIC_DRIVER]
+    assert [e["device"] for e in entries] == [nic["name"]], entries
+    assert entries[0]["networkData"] == {"interfaceName": name, "hardwareAddress": mac}
+    ready = {c["type"]: c["status"] for c in entries[0].get("conditions") or []}
+    assert ready.get("Ready") == "True", entries[0]
+
+
+def test_a_storage_nic_shares_no_root_with_a_gpu_so_the_claim_stays_pending(
+    fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
+    namespace: str,
+) -> None:
+    start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-storage", PCIE_ROOT,
+              "storage")
+    assert_pending(core_v1, resource_api, namespace, "gpu-storage",
+                   "a GPU and a storage NIC under one root")
+
+
+def _taints(api: ResourceApi, node: str, device: str) -> list[str]:
+    [found] = [d for d in node_devices(api, NIC_DRIVER)[node] if d["name"] == device]
+    return [t["key"] for t in (found.get("basic") or found).get("taints") or []]
+
+
+# A storage NIC: no other test here allocates one, so the taint cannot change their choice.
+def test_nic_link_down_taints_the_nic_and_clearing_lifts_it(
+    fakegpu_cluster: ClusterInfo, resource_api: ResourceApi,
+) -> None:
+    [(node, devices)] = node_devices(resource_api, NIC_DRIVER).items()
+    nic = next(d for d in devices if attribute_value(d, "role") == "storage")
+    name, key = str(attribute_value(nic, "interfaceName")), f"{NIC_DRIVER}/link-down"
+    assert _taints(resource_api, node, nic["name"]) == []
+    faults.nic_link(fakegpu_cluster, node, name, up=False)
+    try:
+        wait_for(until_true(lambda: _taints(resource_api, node, nic["name"]) == [key]),
+                 what=f"the NIC plugin to taint {name} with {key}", timeout=60)
+    finally:
+        faults.nic_link(fakegpu_cluster, node, name, up=True)
+    wait_for(until_true(lambda: _taints(resource_api, node, nic["name"]) == []),
+             what=f"the taint on {name} to be lifted", timeout=60)

@@ -1,0 +1,57 @@
+"""``fakegpu nic``: run the NIC DRA driver's kubelet plugin (docs/nics.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from . import add_verbose, argtypes, options, show_help
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add this concern's commands to the top-level parser."""
+    from fakegpu.nic.run import DRIVER
+
+    nic = sub.add_parser("nic", help="the DRA kubelet plugin for the node's NICs",
+                         description="The NIC DRA driver: sysfs -> ResourceSlices, kubelet "
+                                     "prepare -> a network interface in the pod (CDI).")
+    cmds = nic.add_subparsers(dest="nic_command", metavar="SUBCOMMAND")
+    run = cmds.add_parser(
+        "run", help="serve the kubelet on this node",
+        description="Register with the kubelet, publish this node's NICs as a ResourceSlice "
+                    "and prepare claims: a network interface and the RDMA device node in the "
+                    "pod, the interface's name and MAC in the claim's status.")
+    options.add_node(run, dest="node_name", default=os.environ.get("NODE_NAME", ""),
+                     help="this node's name, also the pool name (default: $NODE_NAME)")
+    run.add_argument("--driver", dest="driver_name", default=DRIVER,
+                     help="the DRA driver name to register as (default: %(default)s)")
+    run.add_argument("--kubeconfig", type=Path, default=None,
+                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+    run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
+                     help="the kubelet's root dir (default: %(default)s)")
+    run.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
+                     help="where the container runtime reads CDI specs (default: %(default)s)")
+    run.add_argument("--instance-id", default=os.environ.get("POD_UID", ""),
+                     help="unique per instance (the pod UID) (default: $POD_UID)")
+    run.add_argument("--state-dir", type=Path, default=None,
+                     help="records + lock dir (default: <kubelet-root>/plugins/<driver>)")
+    run.add_argument("--no-device-status", dest="write_status", action="store_false",
+                     help="do not write status.devices[] (network data) on prepared claims")
+    run.add_argument("--rediscover-interval", type=argtypes.interval, default=10.0,
+                     metavar="SECONDS", help="how often sysfs is re-read (default: %(default)s)")
+    run.add_argument("--grace-period", type=argtypes.seconds, default=30.0, metavar="SECONDS",
+                     help="on SIGTERM, how long in-flight calls may take (default: %(default)s)")
+    add_verbose(run)
+    run.set_defaults(func=_run)
+    nic.set_defaults(func=show_help(nic))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fakegpu.nic.run import Options, run
+
+    return run(Options(
+        node_name=args.node_name, driver_name=args.driver_name, kubeconfig=args.kubeconfig,
+        kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
+        state_dir=args.state_dir, write_status=args.write_status,
+        rediscover_interval_s=args.rediscover_interval, grace_period_s=args.grace_period))

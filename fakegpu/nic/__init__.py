@@ -1,0 +1,1 @@
+"""The NIC DRA driver nic.fakegpu.dev (docs/nics.md)."""

@@ -1,0 +1,83 @@
+"""``fakegpu nic run``: the NIC DRA driver's kubelet plugin on one node.
+
+Wires discovery (sysfs), the apiserver, the driver and the base's gRPC servers; publishes the
+node's NICs as one ResourceSlice and keeps it current. Stops on SIGTERM/SIGINT: finishes
+in-flight calls, removes its sockets, and deletes the node's slices unless another instance
+of the driver still serves here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fakegpu import drivers
+from fakegpu.kubeletplugin import startup
+from fakegpu.kubeletplugin.kube import Kube
+from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.slicepool import PoolPublisher, SliceApi
+
+from . import discovery, slices
+from .discovery import Nic
+from .driver import NicConfig, NicDriver
+
+log = logging.getLogger(__name__)
+DRIVER = drivers.NIC
+
+
+@dataclass(frozen=True)
+class Options:
+    node_name: str
+    kubeconfig: Path | None
+    kubelet_root: Path
+    cdi_root: Path
+    driver_name: str = DRIVER
+    instance_id: str = ""
+    state_dir: Path | None = None
+    write_status: bool = True
+    rediscover_interval_s: float = 10.0
+    grace_period_s: float = 30.0
+
+
+class NicPublisher(PoolPublisher):
+    def __init__(self, kube: SliceApi, driver: str, node: str, interval_s: float) -> None:
+        super().__init__(kube, driver, node, interval_s, name="nic-slice-publisher")
+
+    def desired(self, version: str, generation: int,
+                owner: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return [slices.build_slice(self._driver, self._node, discovery.discover(), version,
+                                   generation, owner)]
+
+
+def run(opts: Options, stop: threading.Event | None = None) -> int:
+    paths, state_dir = startup.prepare(opts.node_name, opts.driver_name, opts.instance_id,
+                                       opts.kubelet_root, opts.cdi_root, opts.state_dir)
+    stop = stop or threading.Event()
+    startup.on_signals(stop)
+    found: Sequence[Nic] = discovery.discover()
+    log.info("discovered NICs node=%s count=%d names=%s", opts.node_name, len(found),
+             ",".join(n.name for n in found))
+    kube = Kube(opts.kubeconfig)
+    driver = NicDriver(NicConfig(driver=opts.driver_name, node=opts.node_name,
+                                 state_dir=state_dir, cdi_root=opts.cdi_root,
+                                 instance=opts.instance_id, write_status=opts.write_status),
+                       kube, discovery.discover)
+    publisher = NicPublisher(kube, opts.driver_name, opts.node_name, opts.rediscover_interval_s)
+    publisher.start()
+    servers = PluginServers(driver, paths)
+    log.info("serving driver=%s node=%s registration=%s dra=%s state=%s", opts.driver_name,
+             opts.node_name, paths.registration, paths.dra, state_dir)
+    stop.wait()
+    servers.stop(opts.grace_period_s)
+    publisher.stop()
+    if startup.other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
+        log.info("another instance serves driver=%s: leaving ResourceSlices in place",
+                 opts.driver_name)
+    else:
+        publisher.cleanup()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,83 @@
+"""What the NIC suites share: a claim for one GPU and one NIC aligned by an attribute, and what
+a pod sees of its NIC (through the apiserver's exec, as a user would look)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client as kclient
+
+from fakegpu import drivers
+from fakegpu.cluster.provider import ClusterInfo
+
+from . import k8s
+from .dra import (
+    PodClaim,
+    ResourceApi,
+    allocated_devices,
+    cel_string,
+    match_attribute,
+    pod_claim_name,
+    pod_manifest,
+)
+
+NIC_DRIVER = drivers.NIC
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+
+
+def gpu_nic_template(api: ResourceApi, name: str, gpu_driver: str, attribute: str,
+                     nic_role: str = "compute") -> dict[str, Any]:
+    """A claim template: one whole GPU and one NIC of ``nic_role``, both with one value of
+    ``attribute``."""
+    whole_gpu = f"device.attributes[{cel_string(gpu_driver)}].type == 'gpu'"
+    role = f"device.attributes[{cel_string(NIC_DRIVER)}].role == {cel_string(nic_role)}"
+    return api.claim_template(name, [
+        api.device_request("gpu", gpu_driver, cel=[whole_gpu]),
+        api.device_request("nic", NIC_DRIVER, cel=[role]),
+    ], constraints=[match_attribute(attribute)])
+
+
+def interfaces(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, str]:
+    """Interface name -> MAC, as the pod's /sys/class/net shows them."""
+    out = k8s.exec_in_pod(core, namespace, pod, [
+        "sh", "-c", "for i in /sys/class/net/*; do echo \"${i##*/} $(cat $i/address)\"; done"])
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+
+
+def rdma_nodes(core: kclient.CoreV1Api, namespace: str, pod: str) -> list[str]:
+    """``ls -l /dev/infiniband`` lines of character devices (none: [])."""
+    out = k8s.exec_in_pod(core, namespace, pod, ["sh", "-c", "ls -l /dev/infiniband 2>&1"],
+                          check=False)
+    return [line for line in out.stdout.splitlines() if line.startswith("c")]
+
+
+def start_pod(cluster: ClusterInfo, core: kclient.CoreV1Api, api: ResourceApi, namespace: str,
+              name: str, attribute: str, nic_role: str = "compute") -> None:
+    """A claim template ``name`` (a GPU and a NIC with one value of ``attribute``) and a pod
+    ``name`` using it."""
+    api.create("resourceclaimtemplates",
+               gpu_nic_template(api, name, cluster.driver_name, attribute, nic_role), namespace)
+    k8s.create_pod(core, namespace, pod_manifest(
+        name, cluster.workload_image, k8s.PRINT_ENV_AND_WAIT, [PodClaim("net", template=name)]))
+
+
+def running_claim(cluster: ClusterInfo, core: kclient.CoreV1Api, api: ResourceApi,
+                  namespace: str, name: str
+                  ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Once pod ``name`` runs: its claim, and the GPU and the NIC allocated to it as their
+    slices publish them."""
+    pod: Any = k8s.wait_pod_running(core, namespace, name)
+    claim = api.claim(namespace, pod_claim_name(pod, "net"))
+    [gpu] = allocated_devices(api, cluster.driver_name, claim)
+    [nic] = allocated_devices(api, NIC_DRIVER, claim)
+    return claim, gpu, nic
+
+
+def assert_pending(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, name: str,
+                   why: str) -> None:
+    """Pod ``name`` is refused by the scheduler for its claim, which stays unallocated."""
+    pod: Any = k8s.wait_unschedulable(core, namespace, name, what=f"the scheduler to refuse {why}")
+    assert pod.status.phase == "Pending" and pod.spec.node_name is None
+    claim = api.claim(namespace, pod_claim_name(pod, "net"))
+    assert not (claim.get("status") or {}).get("allocation"), claim.get("status")

@@ -1,0 +1,105 @@
+"""The NIC plugin's pure parts: sysfs -> NICs (on the view fakegpu renders for a topology),
+NICs -> slice devices, a prepared claim -> its CDI spec and status entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fakegpu.kubeletplugin.claims import ClaimRef
+from fakegpu.nic import discovery, netdev, slices
+from fakegpu.nic.driver import build_spec, status_entries
+from fakegpu.nvml import sysfs
+from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import resolve_topology
+
+
+@pytest.fixture(scope="module")
+def dgx(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[discovery.Nic]]:
+    node = load_topology(resolve_topology("dgx-h100")).nodes[0]
+    view = tmp_path_factory.mktemp("sysfs") / "view"
+    sysfs.render(node, view)
+    return view, discovery.discover(str(view))
+
+
+def test_every_nic_of_the_topology_is_found_where_it_sits(
+        dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    node = load_topology(resolve_topology("dgx-h100")).nodes[0]
+    assert node.pcie is not None
+    found = {n.name: n for n in dgx[1]}
+    assert set(found) == {n.name for n in node.pcie.nics}
+    for index, card in enumerate(node.pcie.nics):
+        nic = found[card.name]
+        root = node.pcie.nic_root(index)
+        assert (nic.model, nic.gbps, nic.rdma, nic.role) == (
+            card.model, round(card.gbps), card.rdma, str(card.role))
+        assert nic.mac == sysfs.mac(node.name, card.name)
+        assert (nic.pcie_root, nic.numa_node) == (root.name, root.numa_node)
+
+
+def test_each_compute_nic_shares_its_gpus_root(dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    """The point of the attribute: GPU i and its compute NIC publish one pcieRoot."""
+    from fakegpu.kubeletplugin import pcie
+
+    view, nics = dgx
+    node = load_topology(resolve_topology("dgx-h100")).nodes[0]
+    gpu_roots = {pcie.pcie_root(sysfs.bus_id(g.pci), sysfs.NVIDIA_VENDOR, str(view))
+                 for g in node.gpus}
+    compute = {n.pcie_root for n in nics if n.role == "compute"}
+    assert len(compute) == 8 and compute == gpu_roots
+
+
+def test_uverbs_nodes_are_distinct_and_numbered_from_192(
+        dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nodes = [n.uverbs_dev for n in dgx[1] if n.rdma]
+    assert len(set(nodes)) == len(nodes) and all(d and d[0] == 231 and d[1] >= 192
+                                                 for d in nodes)
+
+
+def test_slice_attributes(dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nic = next(n for n in dgx[1] if n.name == "ibp21s0")
+    attrs = slices.attributes(nic)
+    assert attrs["resource.kubernetes.io/pcieRoot"] == {"string": nic.pcie_root}
+    assert attrs["resource.kubernetes.io/numaNode"] == {"int": nic.numa_node}
+    assert attrs["interfaceName"] == {"string": "ibp21s0"}
+    assert attrs["macAddress"] == {"string": nic.mac}
+    assert attrs["rdmaDevice"] == {"string": "mlx5_0"}
+    assert attrs["linkSpeedGbps"] == {"int": 400} and attrs["role"] == {"string": "compute"}
+    v1beta1 = slices.build_slice("nic.fakegpu.dev", "n", [nic], "v1beta1", 3, None)
+    assert v1beta1["spec"]["devices"][0]["basic"]["attributes"] == attrs
+    assert v1beta1["spec"]["pool"] == {"name": "n", "generation": 3, "resourceSliceCount": 1}
+
+
+def test_the_spec_hands_over_the_interface_and_the_verbs_node(
+        dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nic = next(n for n in dgx[1] if n.name == "ibp21s0")
+    link = netdev.host_link("/state/n0", "ibp21s0")
+    spec = build_spec("nic.fakegpu.dev", ClaimRef("ns", "c", "u1"), [(nic, link)])
+    assert spec["cdiVersion"] == "1.1.0" and spec["kind"] == "nic.fakegpu.dev/nic"
+    edits = spec["devices"][0]["containerEdits"]
+    assert spec["devices"][0]["name"] == "u1-ibp21s0"
+    assert edits["netDevices"] == [{"hostInterfaceName": link.port, "name": "ibp21s0"}]
+    assert edits["deviceNodes"][0]["path"] == "/dev/infiniband/uverbs0"
+    assert (edits["deviceNodes"][0]["major"], edits["deviceNodes"][0]["minor"]) == (231, 192)
+
+
+def test_host_names_fit_the_kernel_and_differ_per_node() -> None:
+    a, b = netdev.host_link("/c1/n0", "ibp21s0"), netdev.host_link("/c1/n1", "ibp21s0")
+    assert a != b and a == netdev.host_link("/c1/n0", "ibp21s0")
+    assert all(len(n) <= 15 for n in (a.port, a.wire))
+
+
+def test_status_carries_network_data(dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nic = next(n for n in dgx[1] if n.name == "ibp21s0")
+    claim = {"metadata": {"generation": 2}}
+    [entry] = status_entries("nic.fakegpu.dev", "n0", claim, "", [("nic", nic)], now="t")
+    assert entry["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": nic.mac}
+    assert (entry["driver"], entry["pool"], entry["device"]) == ("nic.fakegpu.dev", "n0",
+                                                                 "ibp21s0")
+    assert entry["conditions"][0]["type"] == "Ready"
+    assert entry["conditions"][0]["observedGeneration"] == 2
+
+
+def test_no_view_no_nics(tmp_path: Path) -> None:
+    assert discovery.discover(str(tmp_path)) == []
