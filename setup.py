@@ -1,9 +1,9 @@
 """Build hooks; all metadata lives in pyproject.toml.
 
 What is built, never committed: the fake ``libnvidia-ml.so.1`` (C, against NVIDIA's official
-nvml.h from the nvidia-nvml-dev build requirement), the static ``nvidia-smi`` and
-``nvbandwidth`` on its sources, and the kubelet gRPC stubs (grpcio-tools from our own .proto
-files). A regular build puts them in build_lib; an editable install puts them beside the
+nvml.h from the nvidia-nvml-dev build requirement), the static ``nvidia-smi``, ``nvbandwidth``
+and ``podresources`` on its sources, and the kubelet gRPC stubs (grpcio-tools from our own
+.proto files). A regular build puts them in build_lib; an editable install puts them beside the
 sources, so both carry them.
 
 The wheel is tagged ``py3-none-manylinux_X_Y_<arch>``: nothing in it links against Python (the
@@ -44,15 +44,18 @@ def _load(relpath: str) -> ModuleType:
 
 
 def _static_programs(out: Path) -> None:
-    """nvidia-smi and nvbandwidth, built as the package builds them on first use in a checkout.
+    """nvidia-smi, nvbandwidth and podresources, built as the package builds them on first use
+    in a checkout.
     nvbandwidth compiles in the catalog's link speeds, so it imports the package (PyYAML is a
     build requirement for that)."""
     sys.path.insert(0, str(ROOT))
     try:
         nvidiasmi = importlib.import_module("fakegpu.nvidiasmi")
         program = importlib.import_module("fakegpu.bandwidth.program")
+        podresources = importlib.import_module("fakegpu.podresources")
         nvidiasmi.build(out / "nvidiasmi" / "bin")
         program.build(out / "bandwidth" / "bin")
+        podresources.build(out / "podresources" / "bin")
     finally:
         sys.path.remove(str(ROOT))
 

@@ -53,6 +53,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "GPU and static MIG device: disabled, memory, unlimited or a positive "
                           "integer N (several claims at once; DRAConsumableCapacity) "
                           "(default: %(default)s)")
+    run.add_argument("--attach-gpus", default="", metavar="MINORS",
+                     help="comma-separated GPU minors that must be attached before a pod binds "
+                          "(binding conditions, DRADeviceBindingConditions): the plugin attaches "
+                          "each after --attach-seconds once a claim gets it")
+    run.add_argument("--broken-attach-gpus", default="", metavar="MINORS",
+                     help="like --attach-gpus, but the attach fails: the scheduler picks again")
+    run.add_argument("--attach-seconds", type=float, default=5.0, metavar="SECONDS",
+                     help="how long an attach takes (default: %(default)s)")
     run.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
     run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
@@ -127,8 +135,11 @@ def _run(args: argparse.Namespace) -> int:
         publish_slices=args.publish_slices, rediscover_interval_s=args.rediscover_interval,
         grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig,
         keep_slices_on_exit=args.keep_slices_on_exit, probe_port=args.probe_port,
-        shared_gpus=_minors(args.shared_gpus), nvidia_release=args.nvidia_compat_release,
-        consumable_shares=args.consumable_shares))
+        shared_gpus=_minors(args.shared_gpus),
+        attach_gpus=_minors(args.attach_gpus, "--attach-gpus"),
+        broken_attach_gpus=_minors(args.broken_attach_gpus, "--broken-attach-gpus"),
+        attach_seconds=_seconds(args.attach_seconds),
+        nvidia_release=args.nvidia_compat_release, consumable_shares=args.consumable_shares))
 
 
 def _shares(text: str) -> str:
@@ -138,16 +149,22 @@ def _shares(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err).removeprefix("--consumable-shares: ")) from None
 
 
-def _minors(text: str) -> frozenset[int]:
-    """``--shared-gpus``: "0,3" -> {0, 3}; anything else is bad input (exit 2)."""
+def _minors(text: str, flag: str = "--shared-gpus") -> frozenset[int]:
+    """``--shared-gpus`` and the like: "0,3" -> {0, 3}; anything else is bad input (exit 2)."""
     try:
         minors = frozenset(int(p) for p in text.split(",") if p.strip())
     except ValueError:
-        raise InvalidInput(f"--shared-gpus: {text!r} is not a comma-separated list of GPU "
+        raise InvalidInput(f"{flag}: {text!r} is not a comma-separated list of GPU "
                            "minors") from None
     if any(m < 0 for m in minors):
-        raise InvalidInput(f"--shared-gpus: {text!r}: minors are not negative")
+        raise InvalidInput(f"{flag}: {text!r}: minors are not negative")
     return minors
+
+
+def _seconds(value: float) -> float:
+    if not 0 <= value <= 3600:
+        raise InvalidInput(f"--attach-seconds: {value:g} is not between 0 and 3600")
+    return value
 
 
 def _deviceclass(args: argparse.Namespace) -> int:

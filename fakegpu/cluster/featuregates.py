@@ -28,22 +28,43 @@ class _Gate:
 
 # Every DRA-related gate we turn on, with the minors in which the gate can be named. A gate that
 # went GA stays settable (to true, with a warning) for a few releases; naming it after its removal
-# is a startup error, so `last` bounds it once a release drops one. Checked for 1.37 on the built
-# v1.37.2 kube-apiserver: every gate below is still accepted (the GA ones with a warning). 1.38
-# (v1.38.0-beta.0) removed DynamicResourceAllocation (GA and locked since 1.35) and added no DRA
-# gate; the others are accepted, DRAConsumableCapacity, DRADeviceBindingConditions,
-# DRAPartitionableDevices and DRADeviceTaint(Rule)s now GA.
+# is a startup error, so `last` bounds it once a release drops one. `first` is the minor that
+# introduced the gate, clipped to MIN_MINOR (k8s.io/kubernetes pkg/features/kube_features.go,
+# the versioned specs; docs/k8s-features.md lists each gate's stage per minor and what fakegpu
+# does with it). Checked on the built v1.37.2 and v1.38.0-beta.0 kube-apiservers: every gate
+# below is accepted there but DynamicResourceAllocation in 1.38 (removed, GA and locked since
+# 1.35); 1.38 added no DRA gate. A gate is here when turning it on changes what a GPU driver or
+# its user can do or see; the DRA gates left out are in docs/k8s-features.md with the reason.
 _GATES: tuple[_Gate, ...] = (
     _Gate("DynamicResourceAllocation", 32, last=37),
     _Gate("DRAAdminAccess", 32),
     _Gate("DRAResourceClaimDeviceStatus", 32),
     _Gate("ResourceHealthStatus", 32),
+    # The kubelet's PodResources API (KEP-3695): Get, and DRA devices in List/Get. Both exist
+    # since 1.27 (alpha), beta and on from 1.34, GA in 1.36.
+    _Gate("KubeletPodResourcesGet", 32),
+    _Gate("KubeletPodResourcesDynamicResources", 32),
     _Gate("DRAPrioritizedList", 33),
     _Gate("DRAPartitionableDevices", 33),
     _Gate("DRADeviceTaints", 33),
     _Gate("DRAExtendedResource", 34),
     _Gate("DRAConsumableCapacity", 34),
+    # KEP-5007: bindingConditions on devices hold a pod's binding until a controller says so.
+    _Gate("DRADeviceBindingConditions", 34),
+    # KEP-4381: the scheduler gives up a node's DRA Filter after 10 s (beta and on since 1.34).
+    _Gate("DRASchedulerFilterTimeout", 34),
     _Gate("DRADeviceTaintRules", 35),
+    # Beta and on from their first minor: named so that every minor says the same.
+    _Gate("DRAResourceClaimGranularStatusAuthorization", 36),
+    _Gate("ResourceHealthStatusMessage", 36),
+    # Alpha in 1.36-1.38: list-type attributes (KEP-5491), ResourcePoolStatusRequest
+    # (KEP-5677, resource.k8s.io/v1alpha3, switched on below).
+    _Gate("DRAListTypeAttributes", 36),
+    _Gate("DRAResourcePoolStatus", 36),
+    # Alpha in 1.37-1.38: compatibility groups on consumesCounters (KEP-5963: MIG vs whole
+    # GPU refused at scheduling); milli-unit capacity ranges (KEP-5075, beta).
+    _Gate("DRADeviceCompatibilityGroups", 37),
+    _Gate("DRAFractionalCapacityRange", 37),
 )
 
 # resource.k8s.io versions to switch on (all served ones besides the default v1), per minor.

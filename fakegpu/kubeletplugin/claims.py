@@ -78,16 +78,24 @@ def allocated_results(claim: Mapping[str, Any], ref: ClaimRef,
 def write_device_status(claims: ClaimSource, claim: dict[str, Any], ref: ClaimRef,
                         driver: str, ours: Sequence[dict[str, Any]]) -> str:
     """Put ``ours`` (``status.devices`` entries of ``driver``) into the claim's status,
-    replacing our earlier entries for the same devices; the error, or "".
+    replacing our earlier entries for the same devices (their conditions kept where ``ours``
+    has none); the error, or "".
 
     A conflict (written meanwhile) reads the claim again and retries once. A refusal names
     the rights the plugin lacks."""
     keys = {(e["pool"], e["device"]) for e in ours}
     for attempt in range(2):
         status = claim.setdefault("status", {})
-        status["devices"] = [e for e in status.get("devices") or []
+        before = status.get("devices") or []
+        # An entry's conditions so far (e.g. the GPU plugin's attach outcome, attach.py) stay
+        # with it unless ours brings its own.
+        kept = {(e.get("pool"), e.get("device")): e["conditions"] for e in before
+                if e.get("driver") == driver and e.get("conditions")}
+        status["devices"] = [e for e in before
                              if not (e.get("driver") == driver
-                                     and (e.get("pool"), e.get("device")) in keys)] + list(ours)
+                                     and (e.get("pool"), e.get("device")) in keys)] + [
+            {**e, "conditions": kept[(e["pool"], e["device"])]}
+            if "conditions" not in e and (e["pool"], e["device"]) in kept else e for e in ours]
         try:
             claims.replace_claim_status(claim)
             return ""

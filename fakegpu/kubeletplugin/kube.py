@@ -127,6 +127,14 @@ class Kube:
             call(what, lambda: objects.replace_namespaced_custom_object_status(
                 *args, claim, _request_timeout=TIMEOUT_S))
 
+    def list_claims(self) -> list[dict[str, Any]]:
+        """Every ResourceClaim of the cluster (attach.py looks for its node's allocations)."""
+        version = self.version()
+        listed = call("cannot list ResourceClaims",
+                      lambda: self._objects().list_cluster_custom_object(
+                          GROUP, version, "resourceclaims", _request_timeout=TIMEOUT_S))
+        return [dict(i) for i in cast(dict[str, Any], listed).get("items") or []]
+
     def list_slices(self, driver: str, node: str) -> list[dict[str, Any]]:
         version = self.version()
         listed = call("cannot list ResourceSlices",

@@ -73,10 +73,16 @@ def keep_or_render(topology: Topology, node: str, path: Path, source: Path) -> P
 
 def plugin_args(node: Node) -> list[str]:
     """The plugin flags a topology node asks for, the same on every provider: NVIDIA's
-    DynamicMIG (``mig.dynamic``) and GPUs shared by memory (``shared``)."""
+    DynamicMIG (``mig.dynamic``), GPUs shared by memory (``shared``) and GPUs attached before
+    use (``attach``)."""
+    from fakegpu.topology.model import ATTACH_BROKEN, ATTACH_HOTPLUG
+
     args = ["--dynamic-mig"] if node.dynamic_mig else []
     if node.shared_minors:
         args.append("--shared-gpus=" + ",".join(map(str, node.shared_minors)))
+    for flag, mode in (("--attach-gpus", ATTACH_HOTPLUG), ("--broken-attach-gpus", ATTACH_BROKEN)):
+        if node.attach_minors(mode):
+            args.append(f"{flag}=" + ",".join(map(str, node.attach_minors(mode))))
     return args
 
 

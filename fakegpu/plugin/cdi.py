@@ -8,12 +8,13 @@ claim-wide variables (NVIDIA_VISIBLE_DEVICES, DRA_ADMIN_ACCESS) sit at the top l
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fakegpu.kubeletplugin import cdispec
 
-from . import nvmlmounts, sharing
+from . import devmetadata, nvmlmounts, sharing
 
 if TYPE_CHECKING:
     from .prepare import ClaimPlan
@@ -30,13 +31,21 @@ def device_id(driver: str, claim_uid: str, device_name: str) -> str:
     return cdispec.device_id(kind(driver), f"{claim_uid}-{device_name}")
 
 
+def metadata_device_id(driver: str, claim_uid: str, request: str) -> str:
+    """The CDI device that mounts one request's device metadata file (devmetadata.py)."""
+    return cdispec.device_id(kind(driver), f"{claim_uid}-metadata-{request}")
+
+
 def _env_name(device_name: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", device_name.upper())
 
 
-def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dict[str, Any]:
+def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None,
+               metadata: Mapping[str, Path] | None = None) -> dict[str, Any]:
     """The claim's CDI spec. ``mps_dir``: the claim's MPS stand-in directory (``pipe/``,
-    ``log/``), mounted where NVIDIA's MPS daemon's pipes and fakegpu's stand-in log appear."""
+    ``log/``), mounted where NVIDIA's MPS daemon's pipes and fakegpu's stand-in log appear.
+    ``metadata``: request -> its device metadata file, mounted read-only where
+    devmetadata.container_path says, by a device of its own (``metadata_device_id``)."""
     uuids = ",".join(d.device.uuid for d in plan.devices)
     claim_env = [f"NVIDIA_VISIBLE_DEVICES={uuids}",
                  f"FAKEGPU_CLAIM={plan.ref.namespace}/{plan.ref.name}",
@@ -61,6 +70,15 @@ def build_spec(driver: str, plan: ClaimPlan, mps_dir: Path | None = None) -> dic
                 *([nvmlmounts.device_env(_env_name(dev.name), dev.uuid)]
                   if nvml is not None and dev.uuid else ()),
             ]},
+        })
+    for request, host_file in sorted((metadata or {}).items()):
+        devices.append({
+            "name": f"{plan.ref.uid}-metadata-{request}",
+            "containerEdits": {"mounts": [{
+                "hostPath": str(host_file),
+                "containerPath": devmetadata.container_path(
+                    driver, plan.ref.name, plan.pod_claim, request),
+                "options": ["ro", "nosuid", "nodev", "bind"]}]},
         })
     edits: dict[str, Any] = {"env": claim_env}
     if mps_dir is not None:

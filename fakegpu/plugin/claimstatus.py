@@ -34,6 +34,7 @@ class ClaimApi(Protocol):
 
 
 Wanted = tuple[tuple[str, str, str], ...]  # (device, HEALTHY|UNHEALTHY, message), sorted
+_OWN = ("Ready", "Healthy")  # the condition types this module writes
 
 
 def _now() -> str:
@@ -72,8 +73,10 @@ def apply(claim: dict[str, Any], driver: str, pool: str,
         if entry is None:
             entry = {"driver": driver, "pool": pool, "device": device}
             entries.append(entry)
-        entry["conditions"] = conditions(health, message, generation,
-                                         entry.get("conditions"), now)
+        # Conditions of other types (attach.py's binding conditions) stay as they are.
+        old = list(entry.get("conditions") or ())
+        entry["conditions"] = [c for c in old if c.get("type") not in _OWN] + conditions(
+            health, message, generation, old, now)
     return claim
 
 

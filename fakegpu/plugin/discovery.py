@@ -157,6 +157,8 @@ class Device:
     consumes: tuple[tuple[str, int], ...] = ()
     # Several claims may share this whole GPU by memory (DRAConsumableCapacity, --shared-gpus).
     shared: bool = False
+    # Attached before a pod binds (attach.py): "" | "hotplug" | "broken" (--attach-gpus).
+    attach: str = ""
 
     @property
     def partition(self) -> bool:

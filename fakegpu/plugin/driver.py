@@ -35,10 +35,11 @@ from fakegpu.kubeletplugin.claims import (
 )
 from fakegpu.kubeletplugin.statelock import LockTimeout, StateLock
 
-from . import cdi, sharing
+from . import cdi, devmetadata, sharing, slices
 from .discovery import Inventory, carry_lost
 from .dynmig import DynamicMig
 from .prepare import AllocatedDevice, ClaimPlan, plan_claim, prepared_claim
+from .shape import FAKEGPU, Shape
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 60.0
@@ -55,6 +56,7 @@ class DriverConfig:
     dynamic_mig: bool = False  # partitions are created at prepare (dynmig.py)
     version: str = ""  # the plugin's version stamp (version.py), shown in claim status
     prepare_delay_s: float = 0.0  # test hook (version.PREPARE_DELAY_ENV): upgrade tests only
+    shape: Shape = FAKEGPU  # the slices' shape: metadata files carry the same attributes
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,10 @@ class Driver:
                     if not names.problem(uid) and not self._records.path(uid).exists():
                         spec.unlink(missing_ok=True)
                         log.info("removed a CDI spec no prepared claim refers to: %s", spec)
-                for mps in sorted((self.cfg.state_dir / "mps").glob("*")):
-                    if not self._records.path(mps.name).exists():  # a killed call's stand-in
-                        shutil.rmtree(mps, ignore_errors=True)
+                for sub in ("mps", "metadata"):  # what a killed call left for no record
+                    for left in sorted((self.cfg.state_dir / sub).glob("*")):
+                        if not self._records.path(left.name).exists():
+                            shutil.rmtree(left, ignore_errors=True)
                 if self._mig is not None:  # MIG instances a killed prepare/unprepare left
                     self._mig.reconcile(d.device_name for c in self._records.all().values()
                                         for d in c.devices)
@@ -210,6 +213,24 @@ class Driver:
     def _mps_dir(self, uid: str) -> Path:
         return self.cfg.state_dir / "mps" / uid
 
+    def _metadata_dir(self, uid: str) -> Path:
+        return self.cfg.state_dir / "metadata" / uid
+
+    def _metadata_write(self, plan: ClaimPlan) -> dict[str, Path]:
+        """Each request's device metadata file (devmetadata.py): its devices with the
+        attributes their slice publishes. Request -> the file, for the CDI spec's mounts."""
+        inventory = self._devices.current()
+        root, out = self._metadata_dir(plan.ref.uid), {}
+        for request in plan.requests:
+            devices = [(d.device.name, slices.device_attributes(d.device, inventory,
+                                                                self.cfg.shape))
+                       for d in plan.devices if devmetadata.base_request(d.request) == request]
+            doc = devmetadata.document(self.cfg.driver, self.cfg.node, plan.ref.namespace,
+                                       plan.ref.name, plan.ref.uid, plan.pod_claim, request,
+                                       devices)
+            out[request] = devmetadata.write(root, request, doc)
+        return out
+
     def _mps_start(self, plan: ClaimPlan) -> Path | None:
         """The claim's MPS control daemon stand-in: its pipe and log directories (mounted into
         the container) and the log of its settings; None when no device of it uses MPS."""
@@ -226,6 +247,7 @@ class Driver:
 
     def _release(self, plan: ClaimPlan) -> None:
         shutil.rmtree(self._mps_dir(plan.ref.uid), ignore_errors=True)
+        shutil.rmtree(self._metadata_dir(plan.ref.uid), ignore_errors=True)
         if self._mig is not None:
             for error in self._mig.destroy(d.device.name for d in plan.devices):
                 log.error("claim uid=%s: %s", plan.ref.uid, error)
@@ -278,7 +300,8 @@ class Driver:
         prepared = prepared_claim(plan, self.cfg.driver, self.cfg.node, self.cfg.instance,
                                   self.cfg.version)
         spec = cdispec.stage_spec(self.cfg.cdi_root, prepared.cdi_spec,
-                              cdi.build_spec(self.cfg.driver, plan, self._mps_start(plan)))
+                                  cdi.build_spec(self.cfg.driver, plan, self._mps_start(plan),
+                                                 self._metadata_write(plan)))
         try:
             record = self._records.stage(prepared)
         except BaseException:
@@ -364,6 +387,7 @@ class Driver:
                         cdispec.remove_spec(self.cfg.cdi_root,
                                         cdispec.spec_filename(self.cfg.driver, ref.uid))
                         shutil.rmtree(self._mps_dir(ref.uid), ignore_errors=True)
+                        shutil.rmtree(self._metadata_dir(ref.uid), ignore_errors=True)
                         results[ref.uid] = ""
                 except OSError as err:
                     results[ref.uid] = f"cannot unprepare: {err}"

@@ -15,7 +15,7 @@ from fakegpu.kubeletplugin import cdispec
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
 from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef, allocated_results
 
-from . import cdi
+from . import cdi, devmetadata
 from .discovery import Device
 from .sharing import Sharing
 
@@ -33,6 +33,12 @@ class AllocatedDevice:
 class ClaimPlan:
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
+    pod_claim: str = ""  # the pod's claim name, for a claim made from a template
+
+    @property
+    def requests(self) -> tuple[str, ...]:
+        """The base requests of its devices, in order (devmetadata.py: a file each)."""
+        return tuple(dict.fromkeys(devmetadata.base_request(d.request) for d in self.devices))
 
     @property
     def admin_access(self) -> bool:
@@ -57,17 +63,31 @@ def plan_claim(claim: Mapping[str, Any], ref: ClaimRef, driver: str, node: str,
             request=str(result.get("request", "")), device=device,
             admin_access=bool(result.get("adminAccess")),
             share_id=str(result.get("shareID") or "")))
-    return ClaimPlan(ref=ref, devices=tuple(allocated))
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    return ClaimPlan(ref=ref, devices=tuple(allocated),
+                     pod_claim=str(annotations.get(devmetadata.POD_CLAIM_ANNOTATION) or ""))
 
 
 def prepared_claim(plan: ClaimPlan, driver: str, node: str, instance: str,
                    version: str = "") -> PreparedClaim:
-    """The kubelet's answer for a plan: one entry per allocated device, with its CDI id."""
+    """The kubelet's answer for a plan: one entry per allocated device, with its CDI id; the
+    first device of each request also carries the request's metadata file (devmetadata.py),
+    as Kubernetes' kubelet-plugin helper does."""
+    first: dict[str, str] = {}
+    for d in plan.devices:
+        first.setdefault(devmetadata.base_request(d.request), d.device.name)
+
+    def ids(d: AllocatedDevice) -> tuple[str, ...]:
+        request = devmetadata.base_request(d.request)
+        own = cdi.device_id(driver, plan.ref.uid, d.device.name)
+        if first[request] != d.device.name:
+            return (own,)
+        return (own, cdi.metadata_device_id(driver, plan.ref.uid, request))
+
     return PreparedClaim(
         uid=plan.ref.uid, namespace=plan.ref.namespace, name=plan.ref.name,
         devices=tuple(PreparedDevice(
             request_names=(d.request,), pool_name=node, device_name=d.device.name,
-            cdi_device_ids=(cdi.device_id(driver, plan.ref.uid, d.device.name),),
-            share_id=d.share_id) for d in plan.devices),
+            cdi_device_ids=ids(d), share_id=d.share_id) for d in plan.devices),
         cdi_spec=cdispec.spec_filename(driver, plan.ref.uid), instance=instance,
         plugin_version=version)

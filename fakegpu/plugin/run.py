@@ -21,8 +21,9 @@ from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.checkpoint import Records
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
+from fakegpu.kubeletplugin.slicepool import Taint
 
-from . import discovery, healthsvc, shape, version
+from . import attach, discovery, healthsvc, shape, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
@@ -48,6 +49,9 @@ class Options:
     workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
     dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
+    attach_gpus: frozenset[int] = frozenset()  # minors attached before use (attach.py)
+    broken_attach_gpus: frozenset[int] = frozenset()  # minors whose attach fails
+    attach_seconds: float = 5.0  # how long an attach takes
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
     probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
     nvidia_release: str = shape.CURRENT  # NVIDIA's release whose slice shape to follow
@@ -82,7 +86,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
 
     startup.on_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1),
                        lambda signum: replaced.set() if signum == signal.SIGUSR1 else None)
-    devices = Devices(lambda: discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus))
+    devices = Devices(lambda: attach.mark(
+        discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus),
+        opts.attach_gpus, opts.broken_attach_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,
              len(inventory.devices), ",".join(d.name for d in inventory.devices))
@@ -99,11 +105,18 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status,
                                  dynamic_mig=opts.dynamic_mig, version=stamp.version,
-                                 prepare_delay_s=version.prepare_delay()),
+                                 prepare_delay_s=version.prepare_delay(), shape=look),
                     kube, devices)
     health = Health(opts.driver_name, nvidia)
+    # Devices attached before a pod binds: the attach controller, and the taint of a failed one.
+    attacher = attach.Attacher(kube, opts.driver_name, opts.node_name, devices.current,
+                               opts.attach_seconds, lambda: publisher.poke())
+
+    def taints(inventory: discovery.Inventory) -> dict[str, list[Taint]]:
+        return merge_taints(health.taints(inventory), attacher.taints(inventory))
+
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
-                               opts.rediscover_interval_s, health=health.taints,
+                               opts.rediscover_interval_s, health=taints,
                                shape=look, still_faulty=health.still_faulty)
     # The kubelet's health streams report the taints the slices carry (pod status, KEP-4680).
     def statuses() -> list[healthsvc.DeviceStatus]:
@@ -130,6 +143,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
         publisher.start()
     if opts.write_status:
         conditions.start()
+    attaching = bool(opts.attach_gpus or opts.broken_attach_gpus) and opts.write_status
+    if attaching:
+        attacher.start()
     servers = PluginServers(driver, paths, opts.workers, streams)
     probe = None if opts.probe_port is None else ReadinessEndpoint(paths, opts.probe_port)
     log.info("serving driver=%s node=%s version=%s registration=%s dra=%s state=%s",
@@ -140,6 +156,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if probe is not None:
         probe.stop()
     driver.close()
+    if attaching:
+        attacher.stop()
     publisher.stop()
     if opts.write_status:
         conditions.stop()

@@ -35,6 +35,11 @@ TAINT_FABRIC = "fabric"
 FOLLOW_NVML = (TAINT_GPU_LOST, TAINT_NVLINK, TAINT_FABRIC)
 NO_SCHEDULE = "NoSchedule"
 INFORMATIONAL = "None"  # the effect of a taint that only informs (resource.k8s.io 1.35+)
+# A device that must be attached first (KEP-5007): the scheduler binds a pod only once the
+# claim's status.devices entry has ATTACHED true, and allocates again if ATTACH_FAILED is.
+ATTACHED = f"{OWN_DOMAIN}/Attached"
+ATTACH_FAILED = f"{OWN_DOMAIN}/AttachFailed"
+TAINT_ATTACH_FAILED = "attach-failed"
 
 
 def taint(driver: str, name: str, value: str = "", effect: str = NO_SCHEDULE) -> Taint:
@@ -100,6 +105,8 @@ def device_attributes(device: Device, inventory: Inventory,
         if device.mig is not None and device.mig.gi_id >= 0:
             attrs[f"{OWN_DOMAIN}/gpuInstance"] = {"int": device.mig.gi_id}
             attrs[f"{OWN_DOMAIN}/computeInstance"] = {"int": device.mig.ci_id}
+    if device.attach:  # so a claim can ask for (or avoid) a GPU that is attached first
+        attrs[f"{OWN_DOMAIN}/attach"] = {"string": device.attach}
     if device.clique_id:
         attrs[f"{OWN_DOMAIN}/cliqueID"] = {"string": device.clique_id}
     if device.fabric:
@@ -149,6 +156,10 @@ def device_entry(device: Device, inventory: Inventory, version: str,
         body["capacity"]["memory"]["requestPolicy"] = {
             # A claim that names no memory takes all of it: exclusive unless it asks for less.
             "default": quantity(device.memory_bytes), "validRange": {"min": "1Gi"}}
+    if device.attach:  # attached by the plugin before a pod binds (attach.py, 1.34+)
+        body["bindsToNode"] = True
+        body["bindingConditions"] = [ATTACHED]
+        body["bindingFailureConditions"] = [ATTACH_FAILED]
     if device.consumes:
         body["consumesCounters"] = [{
             "counterSet": partitions.counter_set_name(device.minor),

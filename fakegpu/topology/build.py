@@ -12,6 +12,7 @@ from .errors import Problem, TopologyError
 from .fields import Report, join, type_name
 from .mig import first_free, refusal
 from .model import (
+    ATTACH_MODES,
     MAX_NAME_BYTES,
     MAX_XID,
     Driver,
@@ -256,6 +257,7 @@ class _GpuSpec:
     product: Product
     mig: Mig
     shared: bool = False  # published for several claims by memory (DRAConsumableCapacity)
+    attach: str = ""  # "" | ATTACH_MODES: needs attaching before a pod binds (KEP-5007)
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,7 @@ class _NodeSpec:
                 board_part_number=spec.product.board_part_number,
                 module_id=i + 1, pci=self.gpu_pci[i], numa_node=numa[i],
                 nvlinks=self._links(name, switches, down), fabric=fabric,
-                mig=spec.mig, faults=faults, shared=spec.shared))
+                mig=spec.mig, faults=faults, shared=spec.shared, attach=spec.attach))
         return Node(name=name, index=position, gpus=tuple(gpus), nvswitches=tuple(switches),
                     system=self.system, numa_nodes=max(numa) + 1, simulated=self.simulated,
                     pcie=self.pcie)
@@ -407,7 +409,7 @@ def _fabric_switch_pci(link: int, product: Product) -> PciAddress:
 
 def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
     if isinstance(raw, dict):
-        data = report.mapping(raw, path, ("product", "count", "mig", "shared"))
+        data = report.mapping(raw, path, ("product", "count", "mig", "shared", "attach"))
         if data is None:
             return None
         count = report.int_in(data, "count", path, 1, MAX_GPUS_PER_NODE)
@@ -427,7 +429,7 @@ def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
         specs = []
         for i, item in enumerate(raw):
             where = join(path, i)
-            data = report.mapping(item, where, ("product", "mig", "shared"))
+            data = report.mapping(item, where, ("product", "mig", "shared", "attach"))
             spec = _gpu(report, data, where, with_count=False) if data is not None else None
             if spec is not None:
                 specs.append(spec)
@@ -456,13 +458,22 @@ def _gpu(report: Report, data: dict[str, Any], path: str, with_count: bool) -> _
         return None
     mig = _mig(report, data.get("mig"), join(path, "mig"), product)
     shared = report.get(data, "shared", path, bool, default=False)
-    if mig is None or shared is None:
+    attach = report.get(data, "attach", path, str, default="")
+    if mig is None or shared is None or attach is None:
         return None
     if shared and (mig.enabled or mig.dynamic):
         report.add(join(path, "shared"), "a GPU in MIG mode is shared as its MIG devices, "
                    "not by memory")
         return None
-    return _GpuSpec(product, mig, shared)
+    if attach and attach not in ATTACH_MODES:
+        report.add(join(path, "attach"), f"is '{attach}', expected one of "
+                   f"{', '.join(ATTACH_MODES)}")
+        return None
+    if attach and (mig.enabled or mig.dynamic or shared):
+        report.add(join(path, "attach"), "only a whole GPU, not shared and not in MIG mode, "
+                   "is attached before use")
+        return None
+    return _GpuSpec(product, mig, shared, attach)
 
 
 def _mig(report: Report, raw: Any, path: str, product: Product) -> Mig | None:

@@ -290,6 +290,12 @@ class Fault:
     value: int | None = None
 
 
+# How a GPU that must be attached before use behaves (Gpu.attach).
+ATTACH_HOTPLUG = "hotplug"  # attached a few seconds after a claim gets it
+ATTACH_BROKEN = "broken"  # the attach fails
+ATTACH_MODES = (ATTACH_HOTPLUG, ATTACH_BROKEN)
+
+
 @dataclass(frozen=True)
 class Gpu:
     index: int  # NVML index (ordered by PCI bus id, as the real driver does)
@@ -308,6 +314,10 @@ class Gpu:
     # Several claims may share it by memory (DRAConsumableCapacity): the node's plugin runs
     # with --shared-gpus listing its minor.
     shared: bool = False
+    # Needs attaching before a pod may bind to it (KEP-5007 binding conditions; docs/
+    # topology.md): "hotplug" attaches, "broken" fails to. The plugin's --attach-gpus and
+    # --broken-attach-gpus list such minors.
+    attach: str = ""
 
 
 @dataclass(frozen=True)
@@ -335,6 +345,10 @@ class Node:
     def shared_minors(self) -> tuple[int, ...]:
         """Minors of the GPUs shared by memory (the plugin's --shared-gpus)."""
         return tuple(g.minor for g in self.gpus if g.shared)
+
+    def attach_minors(self, mode: str) -> tuple[int, ...]:
+        """Minors of the GPUs attached before use in ``mode`` (one of ATTACH_MODES)."""
+        return tuple(g.minor for g in self.gpus if g.attach == mode)
 
 
 @dataclass(frozen=True)

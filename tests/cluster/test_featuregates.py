@@ -36,9 +36,47 @@ def test_every_named_gate_is_on_in_137() -> None:
     gates = fg.dra_gates(37)
     expected = {"DRAAdminAccess", "DRAPrioritizedList", "DRADeviceTaints", "DRADeviceTaintRules",
                 "DRAPartitionableDevices", "DRAResourceClaimDeviceStatus",
-                "DRAConsumableCapacity", "DRAExtendedResource", "ResourceHealthStatus"}
+                "DRAConsumableCapacity", "DRAExtendedResource", "ResourceHealthStatus",
+                "DRADeviceBindingConditions", "DRASchedulerFilterTimeout",
+                "KubeletPodResourcesDynamicResources", "KubeletPodResourcesGet",
+                "DRAListTypeAttributes", "DRAResourcePoolStatus",
+                "DRADeviceCompatibilityGroups", "DRAFractionalCapacityRange",
+                "ResourceHealthStatusMessage", "DRAResourceClaimGranularStatusAuthorization"}
     assert expected <= set(gates)
     assert all(gates.values())
+
+
+# The minor that introduced each gate of 1.36-1.38's DRA features (kube_features.go's
+# versioned specs of v1.38.0-beta.0); the kubelet's PodResources gates predate MIN_MINOR.
+_INTRODUCED = {"DRADeviceBindingConditions": 34, "DRASchedulerFilterTimeout": 34,
+               "DRAListTypeAttributes": 36, "DRAResourcePoolStatus": 36,
+               "ResourceHealthStatusMessage": 36, "DRAResourceClaimGranularStatusAuthorization": 36,
+               "DRADeviceCompatibilityGroups": 37, "DRAFractionalCapacityRange": 37,
+               "KubeletPodResourcesDynamicResources": fg.MIN_MINOR,
+               "KubeletPodResourcesGet": fg.MIN_MINOR}
+
+
+@pytest.mark.parametrize(("gate", "minor"), sorted(_INTRODUCED.items()))
+def test_a_new_gate_starts_in_its_minor(gate: str, minor: int) -> None:
+    assert gate in fg.dra_gates(minor)
+    assert gate in fg.dra_gates(fg.MAX_MINOR)
+    if minor > fg.MIN_MINOR:
+        # Naming it one minor earlier would stop that release's components at startup.
+        assert gate not in fg.dra_gates(minor - 1)
+
+
+def test_the_dependencies_of_the_new_gates_are_on_wherever_they_are() -> None:
+    # kube_features.go: an enabled gate whose dependencies are off is a startup error.
+    needs = {"DRADeviceBindingConditions": {"DRAResourceClaimDeviceStatus"},
+             "DRADeviceCompatibilityGroups": {"DRAPartitionableDevices"},
+             "DRAFractionalCapacityRange": {"DRAConsumableCapacity"},
+             "ResourceHealthStatusMessage": {"ResourceHealthStatus"},
+             "DRAResourceClaimGranularStatusAuthorization": {"DRAResourceClaimDeviceStatus"}}
+    for minor in range(fg.MIN_MINOR, fg.MAX_MINOR + 1):
+        gates = fg.dra_gates(minor)
+        for gate, deps in needs.items():
+            if gate in gates:
+                assert deps <= set(gates), (minor, gate)
 
 
 # Gates a release removed: naming one there is an "unrecognized feature gate" startup error.

@@ -139,6 +139,7 @@ def test_ensure_images_builds_once_and_reuses(
     names = {m.name for m in members}
     assert {"bin/busybox", "bin/sh", "bin/sleep", "bin/env", "bin/cat", "bin/ls"} <= names
     assert "usr/bin/nvbandwidth" in names  # the bandwidth job's program (issue 12)
+    assert "usr/bin/podresources" in names  # the kubelet PodResources client (issue 24)
 
 
 # --- integration: the real pause program and a real containerd -------------------------------

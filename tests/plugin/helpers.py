@@ -62,6 +62,10 @@ class ClaimStore:
                 raise LookupError(
                     f"resourceclaims.resource.k8s.io {name!r} not found in {namespace}") from None
 
+    def list_claims(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(c) for c in self.claims.values()]
+
     def replace_claim_status(self, obj: dict[str, Any]) -> None:
         with self._lock:
             key = (obj["metadata"]["namespace"], obj["metadata"]["name"])

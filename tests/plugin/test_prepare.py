@@ -21,8 +21,10 @@ def test_plan_takes_this_drivers_results_for_this_node() -> None:
     assert [d.device.name for d in plan.devices] == ["gpu-1", "gpu-3"]
     assert not plan.admin_access
     prepared = prepared_claim(plan, DRIVER, NODE, "i1")
+    # The first device of a request also carries the request's device metadata file.
     assert [d.cdi_device_ids for d in prepared.devices] == [
-        ("gpu.fakegpu.dev/gpu=uid-1-gpu-1",), ("gpu.fakegpu.dev/gpu=uid-1-gpu-3",)]
+        ("gpu.fakegpu.dev/gpu=uid-1-gpu-1", "gpu.fakegpu.dev/gpu=uid-1-metadata-gpus"),
+        ("gpu.fakegpu.dev/gpu=uid-1-gpu-3",)]
     assert prepared.cdi_spec == "gpu_fakegpu_dev-claim_uid-1.json"
     assert all(d.pool_name == NODE and d.request_names == ("gpus",) for d in prepared.devices)
 

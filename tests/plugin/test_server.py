@@ -93,7 +93,9 @@ def test_prepare_unprepare_with_per_claim_errors(node: Node, version: str) -> No
     assert good.error == ""
     assert [(d.device_name, d.pool_name, list(d.request_names), list(d.cdi_device_ids))
             for d in good.devices] == [
-        ("gpu-0", NODE, ["gpus"], [f"{DRIVER}/gpu=u-good-gpu-0"]),
+        # The request's device metadata file rides on its first device (devmetadata.py).
+        ("gpu-0", NODE, ["gpus"], [f"{DRIVER}/gpu=u-good-gpu-0",
+                                   f"{DRIVER}/gpu=u-good-metadata-gpus"]),
         ("gpu-2", NODE, ["gpus"], [f"{DRIVER}/gpu=u-good-gpu-2"])]
     assert "not allocated" in response.claims["u-unalloc"].error
     assert "another node" in response.claims["u-else"].error

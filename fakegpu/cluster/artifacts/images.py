@@ -4,7 +4,9 @@
   containerd 2.4 and Kubernetes 1.37 default to (so no node needs a pull, ever);
 - a workload image with a shell: Debian's ``busybox-static`` (one static binary, fetched
   with ``apt-get download``) and a link per applet (sh, sleep, env, cat, ls, ...), plus
-  fakegpu's static ``nvbandwidth`` (``fakegpu.bandwidth.program``) at /usr/bin/nvbandwidth.
+  fakegpu's static ``nvbandwidth`` (``fakegpu.bandwidth.program``) at /usr/bin/nvbandwidth
+  and ``podresources`` (``fakegpu.podresources``, the kubelet PodResources client) at
+  /usr/bin/podresources.
 
 Archives are cached under ``paths.cache_dir()/images``, named by a fingerprint of their
 inputs, so a changed pause.c or a new busybox makes a new archive and a warm cache costs
@@ -215,10 +217,13 @@ def workload_archive_bytes(busybox: bytes, applets: Sequence[str], arch: str, re
 
 def workload_tools() -> list[tuple[str, bytes]]:
     """Static programs the workload image carries besides busybox: fakegpu's simulated
-    nvbandwidth (issue 12's bandwidth job), built from this tree."""
+    nvbandwidth (issue 12's bandwidth job) and the kubelet PodResources client
+    (fakegpu.podresources), built from this tree."""
+    from fakegpu import podresources
     from fakegpu.bandwidth import program
 
-    return [(program.IN_IMAGE, program.path().read_bytes())]
+    return [(program.IN_IMAGE, program.path().read_bytes()),
+            (podresources.IN_IMAGE, podresources.path().read_bytes())]
 
 
 def _ensure_workload(root: Path, console: Console) -> Path:
