@@ -7,10 +7,12 @@ Observed through the Kubernetes API and what pods see only.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from kubernetes import client as kclient
+from kubernetes.utils.quantity import parse_quantity
 
 from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
@@ -89,3 +91,35 @@ def test_a_selector_on_the_pci_bus_id_gets_that_gpu(fakegpu_cluster: ClusterInfo
     assert attribute_value(device, PCI_BUS_ID) == wanted
     env = k8s.parse_env(k8s.exec_in_pod(core_v1, namespace, "p", ["env"]).stdout)
     assert env.get("NVIDIA_VISIBLE_DEVICES") == attribute_value(device, "uuid")
+
+
+@pytest.mark.parametrize("policy", ["memory", "unlimited", "4"])
+def test_the_apiserver_keeps_nvidias_consumable_shares_shape(fakegpu_cluster: ClusterInfo,
+                                                             resource_api: ResourceApi,
+                                                             policy: str) -> None:
+    """`fakegpu plugin run --driver nvidia --consumable-shares POLICY` publishes NVIDIA main's
+    request policies: a slice of one published GPU in that shape, in a pool of its own, is
+    stored as sent (a policy the apiserver rejects or drops would fail here)."""
+    from fakegpu.plugin.shape import apply_shares
+
+    driver = fakegpu_cluster.driver_name
+    published = [s for s in resource_api.slices(driver) if s["spec"].get("devices")]
+    assert published, f"no devices of {driver}"
+    spec = published[0]["spec"]
+    gpu = copy.deepcopy(next(d for d in spec["devices"] if attribute_value(d, "type") == "gpu"))
+    gpu.pop("taints", None)
+    memory = int(parse_quantity(gpu["capacity"]["memory"]["value"]))  # type: ignore[no-untyped-call]
+    apply_shares(gpu, policy, memory)
+    name = f"shares-check-{policy}"
+    resource_api.delete("resourceslices", name)
+    stored = resource_api.create("resourceslices", {
+        "kind": "ResourceSlice", "metadata": {"name": name},
+        "spec": {"driver": driver, "nodeName": spec["nodeName"],
+                 "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [gpu]}})
+    try:
+        (kept,) = stored["spec"]["devices"]
+        assert kept.get("allowMultipleAllocations") is True, kept
+        assert kept["capacity"] == gpu["capacity"], (kept["capacity"], gpu["capacity"])
+    finally:
+        resource_api.delete("resourceslices", name)
