@@ -21,6 +21,7 @@ from fakegpu.testkit.dra import (
     ResourceApi,
     allocation_results,
     attribute_value,
+    in_nvml_order,
     pod_claim_name,
     published_device,
     run_gpu_pod,
@@ -49,7 +50,7 @@ def test_nvidia_smi_lists_exactly_the_claims_gpus(fakegpu_cluster: ClusterInfo,
     _, devices = _claim_gpus(fakegpu_cluster, core_v1, resource_api, namespace, 2)
     listed = k8s.exec_in_pod(core_v1, namespace, "p", ["nvidia-smi", "-L"]).stdout
     # In the node's order, numbered from 0 in the container, as NVIDIA's runtime shows them.
-    ordered = sorted(devices, key=lambda d: int(attribute_value(d, "index")))
+    ordered = in_nvml_order(devices)
     assert listed.splitlines() == [
         f"GPU {i}: {attribute_value(d, 'productName')} (UUID: {attribute_value(d, 'uuid')})"
         for i, d in enumerate(ordered)]
@@ -106,5 +107,5 @@ def test_pynvml_in_a_python_pod_sees_the_claims_gpus(fakegpu_cluster: ClusterInf
                for r in allocation_results(claim, driver)]
     out = k8s.exec_in_pod(core_v1, namespace, "py", ["/opt/fakegpu/bin/python", "-c",
                                                      _PYNVML]).stdout
-    ordered = sorted(devices, key=lambda d: int(attribute_value(d, "index")))
+    ordered = in_nvml_order(devices)
     assert json.loads(out) == [attribute_value(d, "uuid") for d in ordered]

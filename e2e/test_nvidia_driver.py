@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as kclient
+from kubernetes.utils.quantity import parse_quantity
 
 from fakegpu import drivers
 from fakegpu.cluster import external, get_provider, nodenvml
@@ -34,6 +35,7 @@ from fakegpu.testkit.dra import (
     pod_claim_name,
     published_device,
 )
+from fakegpu.testkit.quickstart import Quickstart
 from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.packaged import FIXTURES
 
@@ -44,6 +46,8 @@ pytestmark = pytest.mark.integration
 
 DRIVER = drivers.NVIDIA
 NODE = "nv-0"
+MANIFESTS = Path(__file__).resolve().parent / "nvidia" / "manifests"
+QUICKSTART_IMAGES = ("ubuntu:22.04", "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
 TOPOLOGY = FIXTURES / "nvidia-driver.yaml"
 NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--fakegpu-nvidia-plugin-bin PATH): its "
              "source is not on the package proxies here; build it from NVIDIA/k8s-dra-driver-gpu "
@@ -51,7 +55,8 @@ NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--fakegpu-nvidia-plugin
 
 
 def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
-                          plugin_args: Sequence[str] = ()) -> Iterator[ClusterInfo]:
+                          plugin_args: Sequence[str] = (),
+                          image_aliases: Sequence[str] = ()) -> Iterator[ClusterInfo]:
     """A cluster of TOPOLOGY with NVIDIA's plugin (given ``plugin_args``) in fakegpu's place,
     named ``<--fakegpu-cluster-name>-<suffix>``; skips, saying why, without the binary."""
     binary = request.config.getoption("fakegpu_nvidia_plugin_bin")
@@ -65,7 +70,7 @@ def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
     clusters.down(name)
     try:
         yield clusters.up(name, TOPOLOGY, request.config.getoption("fakegpu_k8s_version"),
-                          driver="nvidia", plugin=plugin)
+                          driver="nvidia", plugin=plugin, image_aliases=image_aliases)
     finally:
         if not request.config.getoption("fakegpu_keep_cluster"):
             clusters.down(name)
@@ -73,7 +78,10 @@ def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
 
 @pytest.fixture(scope="module")
 def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
-    yield from nvidia_plugin_cluster(request, "nvd")
+    # The quickstart manifests' image names on the nodes; time-slicing configs (gpu-test6's
+    # and the sharing test's) need NVIDIA's TimeSlicingSettings gate.
+    yield from nvidia_plugin_cluster(request, "nvd", ["--feature-gates=TimeSlicingSettings=true"],
+                                     image_aliases=QUICKSTART_IMAGES)
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +203,78 @@ def test_nvml_in_its_pods_sees_exactly_the_claimed_device(nvidia_cluster: Cluste
         assert listed[1].endswith(f"(UUID: {uuid})"), listed
 
 
+# --- NVIDIA's quickstart shapes, prepared by NVIDIA's plugin -------------------------------------
+
+
+@pytest.fixture()
+def quickstart(nvidia_cluster: ClusterInfo, api: Any, ns: str) -> Quickstart:
+    return Quickstart(nvidia_cluster, kclient.CoreV1Api(api), ResourceApi(api), api, ns,
+                      MANIFESTS)
+
+
+def test_quickstart_one_gpu_per_pod(quickstart: Quickstart) -> None:  # gpu-test1
+    quickstart.apply("gpu-test1")
+    seen = {}
+    for name in ("pod1", "pod2"):
+        pod = quickstart.running(name)
+        (device,) = quickstart.devices(pod, "gpu")
+        assert quickstart.listing(name) == quickstart.gpu_lines([device]), name
+        seen[name] = (pod.spec.node_name, attribute_value(device, "uuid"))
+    assert seen["pod1"] != seen["pod2"], seen
+
+
+def test_quickstart_two_containers_share_a_gpu(quickstart: Quickstart) -> None:  # gpu-test2
+    quickstart.apply("gpu-test2")
+    pod = quickstart.running("pod")
+    (device,) = quickstart.devices(pod, "shared-gpu")
+    for container in ("ctr0", "ctr1"):
+        assert quickstart.listing("pod", container) == quickstart.gpu_lines([device])
+
+
+def test_quickstart_two_pods_share_a_claim(quickstart: Quickstart) -> None:  # gpu-test3
+    quickstart.apply("gpu-test3")
+    pods = [quickstart.running(name) for name in ("pod1", "pod2")]
+    (device,) = quickstart.devices(pods[0], "shared-gpu")
+    assert pods[0].spec.node_name == pods[1].spec.node_name
+    for pod in pods:
+        assert quickstart.listing(pod.metadata.name) == quickstart.gpu_lines([device])
+
+
+def test_quickstart_mig_devices_of_one_parent(quickstart: Quickstart) -> None:  # gpu-test4
+    # nv-0's fourth A100 holds exactly gpu-test4's four MIG devices.
+    quickstart.apply("gpu-test4")
+    pod = quickstart.running("pod")
+    parents = set()
+    for container, request in (("ctr0", "mig-1g-5gb-0"), ("ctr1", "mig-1g-5gb-1"),
+                               ("ctr2", "mig-2g-10gb"), ("ctr3", "mig-3g-20gb")):
+        (device,) = quickstart.devices(pod, "mig-devices", request)
+        parents.add(attribute_value(device, "parentUUID"))
+        listing = quickstart.listing("pod", container)
+        assert quickstart.mig_seen(listing) == quickstart.mig_lines(device), container
+    assert len(parents) == 1, parents
+
+
+def test_a_time_sliced_gpu_is_prepared(nvidia_cluster: ClusterInfo, api: Any,
+                                       ns: str) -> None:
+    """A GpuConfig with time-slicing (gpu-test5's and gpu-test6's config): NVIDIA's plugin runs
+    the driver root's `nvidia-smi -c DEFAULT` and `compute-policy --set-timeslice` at prepare
+    (before they existed in the fake, the prepare failed); the pod runs and sees its GPU."""
+    resource_api = ResourceApi(api)
+    core = kclient.CoreV1Api(api)
+    template = resource_api.claim_template("ts", [resource_api.device_request("dev", DRIVER)])
+    template["spec"]["spec"]["devices"]["config"] = [{"requests": ["dev"], "opaque": {
+        "driver": DRIVER, "parameters": {
+            "apiVersion": drivers.config_api_version(DRIVER), "kind": "GpuConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}}}}]
+    resource_api.create("resourceclaimtemplates", template, namespace=ns)
+    k8s.create_pod(core, ns, _pod("p", "ts", nvidia_cluster.workload_image,
+                                  "echo BEGIN; nvidia-smi -L; echo END"))
+    k8s.wait_pod_running(core, ns, "p", timeout=180)
+    (uuid,) = allocated_uuids(resource_api, core, ns, "p")
+    listed = smi_listing(core, ns, "p")
+    assert len(listed) == 1 and listed[0].endswith(f"(UUID: {uuid})"), listed
+
+
 # --- dynamic MIG ---------------------------------------------------------------------------------
 
 DMIG_NODE = "nv-1"  # its H100 starts with MIG off: the plugin turns it on for the first instance
@@ -226,6 +306,10 @@ def node_mig_devices(cluster: ClusterInfo) -> list[dict[str, Any]]:
     return list(json.loads(out.stdout)["mig_devices"])
 
 
+def _bytes(quantity: str) -> int:
+    return int(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+
+
 def test_dynamic_mig_publishes_every_placement_as_a_partition(dmig_cluster: ClusterInfo,
                                                               dmig_api: Any) -> None:
     devices = [d for s in ResourceApi(dmig_api).slices(DRIVER, node=DMIG_NODE)
@@ -234,6 +318,17 @@ def test_dynamic_mig_publishes_every_placement_as_a_partition(dmig_cluster: Clus
     assert migs and all(d.get("consumesCounters") for d in migs), devices
     assert any(attribute_value(d, "profile") == DMIG_PROFILE for d in migs), migs
     assert node_mig_devices(dmig_cluster) == []  # nothing is created before a claim needs it
+    # The shape fakegpu's plugin follows as NVIDIA's driver (tests/plugin/test_partitions.py):
+    # the whole GPU has every MIG capacity (the largest profile's), a partition no
+    # memorySlice<i>, and the whole GPU's memory is the largest partition's.
+    mig_capacities = {"memory", "multiprocessors", "copyEngines", "decoders", "encoders",
+                      "jpegEngines", "ofaEngines"}
+    (whole,) = [d for d in devices if attribute_value(d, "type") == "gpu"]
+    assert set(whole["capacity"]) == mig_capacities, whole["capacity"]
+    for d in migs:
+        assert set(d["capacity"]) == mig_capacities, d
+    largest = max(migs, key=lambda d: _bytes(d["capacity"]["memory"]["value"]))
+    assert whole["capacity"]["memory"] == largest["capacity"]["memory"], (whole, largest)
 
 
 def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after(
@@ -243,7 +338,9 @@ def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after(
     core = kclient.CoreV1Api(dmig_api)
     request = resource_api.device_request(
         "dev", "mig.nvidia.com",
-        cel=[f"device.attributes['{DRIVER}'].profile == '{DMIG_PROFILE}'"])
+        # nv-1's H100 (nv-0's MIG A100s offer a 1g.10gb too).
+        cel=[f"device.attributes['{DRIVER}'].profile == '{DMIG_PROFILE}'",
+             f"device.attributes['{DRIVER}'].productName.contains('H100')"])
     resource_api.create("resourceclaimtemplates", resource_api.claim_template("one", [request]),
                         namespace=ns)
     k8s.create_pod(core, ns, _pod("p", "one", cluster.workload_image,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput
+from fakegpu.plugin import shape
 
 from . import add_verbose, argtypes, options, show_help
 
@@ -42,6 +43,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--shared-gpus", default="", metavar="MINORS",
                      help="comma-separated GPU minors to publish for several claims at once, "
                           "each taking a share of the memory (DRAConsumableCapacity)")
+    run.add_argument("--nvidia-compat-release", choices=shape.RELEASES, default=shape.CURRENT,
+                     help="with --driver nvidia: the NVIDIA driver release whose slices to "
+                          "publish; v25.3 adds the index, minor and parentIndex attributes its "
+                          "later releases dropped (default: %(default)s, as NVIDIA's main)")
+    run.add_argument("--consumable-shares", type=_shares, default=shape.SHARES_DISABLED,
+                     metavar="POLICY",
+                     help="with --driver nvidia: NVIDIA's consumable-shares policy for every "
+                          "GPU and static MIG device: disabled, memory, unlimited or a positive "
+                          "integer N (several claims at once; DRAConsumableCapacity) "
+                          "(default: %(default)s)")
     run.add_argument("--attach-gpus", default="", metavar="MINORS",
                      help="comma-separated GPU minors that must be attached before a pod binds "
                           "(binding conditions, DRADeviceBindingConditions): the plugin attaches "
@@ -127,7 +138,15 @@ def _run(args: argparse.Namespace) -> int:
         shared_gpus=_minors(args.shared_gpus),
         attach_gpus=_minors(args.attach_gpus, "--attach-gpus"),
         broken_attach_gpus=_minors(args.broken_attach_gpus, "--broken-attach-gpus"),
-        attach_seconds=_seconds(args.attach_seconds)))
+        attach_seconds=_seconds(args.attach_seconds),
+        nvidia_release=args.nvidia_compat_release, consumable_shares=args.consumable_shares))
+
+
+def _shares(text: str) -> str:
+    try:
+        return shape.parse_shares(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--consumable-shares: ")) from None
 
 
 def _minors(text: str, flag: str = "--shared-gpus") -> frozenset[int]:

@@ -38,6 +38,7 @@ from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
 from fakegpu.plugin.health import Health, classify, read_all_faults
 from fakegpu.plugin.publish import SlicePublisher
+from fakegpu.plugin.shape import Shape
 from fakegpu.topology.model import Node
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class NodePublisher:
         self.devices = Devices(self._discover)
         self.publisher = SlicePublisher(kube, self.devices, driver, sim.node.name,
                                         health=self.health.taints,
-                                        nvidia_compatible=self.nvidia,
+                                        shape=Shape(nvidia=self.nvidia),
                                         still_faulty=self.health.still_faulty)
         self.seen: tuple[int, int] | None = None  # the state header's (generation, event_seq)
 

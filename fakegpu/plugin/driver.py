@@ -39,6 +39,7 @@ from . import cdi, devmetadata, sharing, slices
 from .discovery import Inventory, carry_lost
 from .dynmig import DynamicMig
 from .prepare import AllocatedDevice, ClaimPlan, plan_claim, prepared_claim
+from .shape import FAKEGPU, Shape
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 60.0
@@ -55,6 +56,7 @@ class DriverConfig:
     dynamic_mig: bool = False  # partitions are created at prepare (dynmig.py)
     version: str = ""  # the plugin's version stamp (version.py), shown in claim status
     prepare_delay_s: float = 0.0  # test hook (version.PREPARE_DELAY_ENV): upgrade tests only
+    shape: Shape = FAKEGPU  # the slices' shape: metadata files carry the same attributes
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,8 @@ class Driver:
         inventory = self._devices.current()
         root, out = self._metadata_dir(plan.ref.uid), {}
         for request in plan.requests:
-            devices = [(d.device.name, slices.device_attributes(d.device, inventory))
+            devices = [(d.device.name, slices.device_attributes(d.device, inventory,
+                                                                self.cfg.shape))
                        for d in plan.devices if devmetadata.base_request(d.request) == request]
             doc = devmetadata.document(self.cfg.driver, self.cfg.node, plan.ref.namespace,
                                        plan.ref.name, plan.ref.uid, plan.pod_claim, request,

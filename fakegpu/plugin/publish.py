@@ -26,6 +26,7 @@ from fakegpu.kubeletplugin.slicepool import SliceApi, Taint
 from . import slices
 from .discovery import Inventory
 from .driver import Devices
+from .shape import FAKEGPU, Shape
 
 log = logging.getLogger(__name__)
 SEPARATE_COUNTERS_MINOR = 35  # resource.k8s.io: a slice holds devices or counters, not both
@@ -103,13 +104,14 @@ class SlicePublisher(slicepool.PoolPublisher):
     def __init__(self, kube: SliceApi, devices: Devices, driver: str, node: str,
                  interval_s: float = 10.0,
                  health: Callable[[Inventory], Mapping[str, Sequence[Taint]]] | None = None,
-                 nvidia_compatible: bool = False,
+                 shape: Shape = FAKEGPU,
                  still_faulty: Callable[[Inventory, Mapping[str, Sequence[Taint]]],
                                         Mapping[str, Sequence[Taint]]] | None = None) -> None:
         super().__init__(kube, driver, node, interval_s)
         self._devices = devices
         self._health = health or (lambda _inventory: {})
-        self._nvidia = nvidia_compatible
+        self._shape = shape  # fakegpu's or NVIDIA's (shape.py)
+        self._nvidia = shape.nvidia
         self._still_faulty = still_faulty or (lambda _inventory, taints: taints)
         self.use_taints = True  # until the apiserver shows it drops them
         self.use_counters = True  # dynamic MIG's counters, likewise (DRAPartitionableDevices)
@@ -136,7 +138,7 @@ class SlicePublisher(slicepool.PoolPublisher):
                                        taints, self.use_taints, node_wide_lost=self._nvidia,
                                        owner=owner, separate_counters=separate_counters,
                                        use_counters=self.use_counters,
-                                       use_shared=self.use_shared)
+                                       use_shared=self.use_shared, shape=self._shape)
 
         desired = build(0)
         if slicepool.same_devices(existing, desired):

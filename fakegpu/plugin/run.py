@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fakegpu import drivers
+from fakegpu.errors import InvalidInput, printable
 from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.checkpoint import Records
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.slicepool import Taint
 
-from . import attach, discovery, healthsvc, version
+from . import attach, discovery, healthsvc, shape, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
@@ -53,9 +54,29 @@ class Options:
     attach_seconds: float = 5.0  # how long an attach takes
     keep_slices_on_exit: bool = False  # as if every stop were SIGUSR1 (sequential upgrades)
     probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
+    nvidia_release: str = shape.CURRENT  # NVIDIA's release whose slice shape to follow
+    consumable_shares: str = shape.SHARES_DISABLED  # NVIDIA's --consumable-shares policy
+
+
+def slice_shape(opts: Options, nvidia: bool) -> shape.Shape:
+    """The slices' shape; NVIDIA's options with another driver name are bad input (exit 2)."""
+    for flag, value, default in (("--nvidia-compat-release", opts.nvidia_release, shape.CURRENT),
+                                 ("--consumable-shares", opts.consumable_shares,
+                                  shape.SHARES_DISABLED)):
+        if value != default and not nvidia:
+            raise InvalidInput(f"{flag}: NVIDIA's driver's option, expected --driver nvidia "
+                               f"(got {printable(opts.driver_name)})")
+    try:
+        return shape.Shape(nvidia, opts.nvidia_release, opts.consumable_shares)
+    except ValueError as err:
+        raise InvalidInput(str(err)) from None
 
 
 def run(opts: Options, stop: threading.Event | None = None) -> int:
+    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health, slices' shape
+    # (docs/plugin.md); its options are checked before anything touches the disk.
+    nvidia = drivers.is_nvidia(opts.driver_name)
+    look = slice_shape(opts, nvidia)
     paths, state_dir = startup.prepare(opts.node_name, opts.driver_name, opts.instance_id,
                                        opts.kubelet_root, opts.cdi_root, opts.state_dir)
     stamp = version.current()
@@ -65,8 +86,6 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
 
     startup.on_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1),
                        lambda signum: replaced.set() if signum == signal.SIGUSR1 else None)
-    # NVIDIA's driver name means NVIDIA's semantics: MIG profile names, health (docs/plugin.md).
-    nvidia = drivers.is_nvidia(opts.driver_name)
     devices = Devices(lambda: attach.mark(
         discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus),
         opts.attach_gpus, opts.broken_attach_gpus))
@@ -86,7 +105,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status,
                                  dynamic_mig=opts.dynamic_mig, version=stamp.version,
-                                 prepare_delay_s=version.prepare_delay()),
+                                 prepare_delay_s=version.prepare_delay(), shape=look),
                     kube, devices)
     health = Health(opts.driver_name, nvidia)
     # Devices attached before a pod binds: the attach controller, and the taint of a failed one.
@@ -98,7 +117,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
 
     publisher = SlicePublisher(kube, devices, opts.driver_name, opts.node_name,
                                opts.rediscover_interval_s, health=taints,
-                               nvidia_compatible=nvidia, still_faulty=health.still_faulty)
+                               shape=look, still_faulty=health.still_faulty)
     # The kubelet's health streams report the taints the slices carry (pod status, KEP-4680).
     def statuses() -> list[healthsvc.DeviceStatus]:
         inventory = devices.current()

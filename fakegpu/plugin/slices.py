@@ -20,6 +20,7 @@ from fakegpu.kubeletplugin.slicepool import Taint, slice_name
 
 from . import partitions
 from .discovery import Device, Inventory
+from .shape import FAKEGPU, Shape, apply_shares
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_TAINTED_DEVICES_PER_SLICE = 64  # the apiserver's limit once any device has taints (1.35+)
@@ -65,7 +66,8 @@ def quantity(nbytes: int) -> str:
     return str(nbytes)
 
 
-def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[str, Any]]:
+def device_attributes(device: Device, inventory: Inventory,
+                      shape: Shape = FAKEGPU) -> dict[str, dict[str, Any]]:
     attrs: dict[str, dict[str, Any]] = {
         "type": {"string": device.type},
         "productName": {"string": device.product_name},
@@ -77,11 +79,12 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
         f"{OWN_DOMAIN}/minor": {"int": device.minor},
         f"{OWN_DOMAIN}/nvlinkPeers": {"int": device.nvlink_peers},
     }
-    # NVIDIA's NVML index (what CUDA_VISIBLE_DEVICES and `nvidia-smi -i` count) and minor: a
-    # GPU's own, a MIG device's parent's (NVIDIA's `parentIndex`), so selectors on them work.
-    if device.index >= 0:
+    # The NVML index (what CUDA_VISIBLE_DEVICES and `nvidia-smi -i` count) and minor: a GPU's
+    # own, a MIG device's parent's (`parentIndex`). fakegpu's shape, and NVIDIA's up to v25.3
+    # only (shape.py): its current driver has none, so a selector on them fails there too.
+    if shape.index_attributes and device.index >= 0:
         attrs["parentIndex" if device.type == "mig" else "index"] = {"int": device.index}
-    if device.type == "gpu":
+    if shape.index_attributes and device.type == "gpu":
         attrs["minor"] = {"int": device.minor}
     if device.uuid:  # a dynamic MIG partition has none until it is created (NVIDIA's has none)
         attrs["uuid"] = {"string": device.uuid}
@@ -111,9 +114,19 @@ def device_attributes(device: Device, inventory: Inventory) -> dict[str, dict[st
     return attrs
 
 
-def device_capacity(device: Device) -> dict[str, dict[str, str]]:
+def device_capacity(device: Device, shape: Shape = FAKEGPU) -> dict[str, dict[str, str]]:
     """``memory``; a MIG device adds NVIDIA's engine counts and one ``memorySlice<i>`` per
-    memory slice its GPU instance spans (what lets CEL tell overlapping placements apart)."""
+    memory slice its GPU instance spans (what lets CEL tell overlapping placements apart).
+
+    NVIDIA's shape of dynamic MIG (``partitions.go``): a partition has no ``memorySlice<i>``
+    (its counters name the slices), and the whole GPU has the largest value of every MIG
+    capacity, engines included, the counters it consumes without the memory slices."""
+    if shape.nvidia and device.type == "gpu" and device.consumes:
+        consumes = dict(device.consumes)
+        largest = {name: consumes.get(partitions.counter_name(name), 0)
+                   for name in partitions.CAPACITIES}
+        return {name: {"value": quantity(value) if name == "memory" else str(value)}
+                for name, value in largest.items()}
     capacity = {"memory": {"value": quantity(device.memory_bytes)}}
     mig = device.mig
     if mig is not None:
@@ -122,18 +135,23 @@ def device_capacity(device: Device) -> dict[str, dict[str, str]]:
                             ("encoders", mig.encoders), ("jpegEngines", mig.jpeg_engines),
                             ("ofaEngines", mig.ofa_engines)):
             capacity[name] = {"value": str(count)}
-        for i in range(mig.placement_start, mig.placement_start + mig.placement_size):
-            capacity[f"memorySlice{i}"] = {"value": "1"}
+        if not (shape.nvidia and device.partition):
+            for i in range(mig.placement_start, mig.placement_start + mig.placement_size):
+                capacity[f"memorySlice{i}"] = {"value": "1"}
     return capacity
 
 
 def device_entry(device: Device, inventory: Inventory, version: str,
-                 taints: Sequence[Taint] = ()) -> dict[str, Any]:
-    body: dict[str, Any] = {"attributes": device_attributes(device, inventory),
-                            "capacity": device_capacity(device)}
+                 taints: Sequence[Taint] = (), shape: Shape = FAKEGPU) -> dict[str, Any]:
+    body: dict[str, Any] = {"attributes": device_attributes(device, inventory, shape),
+                            "capacity": device_capacity(device, shape)}
     if taints:
         body["taints"] = [dict(t) for t in taints]
-    if device.shared:  # several claims, each taking a share of the memory (1.34+)
+    if shape.shares and not device.consumes:
+        # NVIDIA's --consumable-shares: every GPU and static MIG device (fakegpu leaves dynamic
+        # MIG's devices unshared: a partition is created per claim).
+        apply_shares(body, shape.consumable_shares, device.memory_bytes)
+    elif device.shared:  # several claims, each taking a share of the memory (1.34+)
         body["allowMultipleAllocations"] = True
         body["capacity"]["memory"]["requestPolicy"] = {
             # A claim that names no memory takes all of it: exclusive unless it asks for less.
@@ -164,7 +182,7 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
                  use_taints: bool = True, node_wide_lost: bool = False,
                  owner: Mapping[str, Any] | None = None,
                  separate_counters: bool = True, use_counters: bool = True,
-                 use_shared: bool = True) -> list[dict[str, Any]]:
+                 use_shared: bool = True, shape: Shape = FAKEGPU) -> list[dict[str, Any]]:
     """The node's pool (named after the node) as one or more slices of at most 128 devices.
 
     ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``,
@@ -180,7 +198,7 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
     Without ``use_counters`` (an apiserver that drops them: DRAPartitionableDevices off) the
     partitions are left out and the GPUs published plainly, so no two overlapping partitions
     can ever be allocated; without ``use_shared`` (DRAConsumableCapacity off) shared GPUs are
-    published as ordinary ones.
+    published as ordinary ones. ``shape``: fakegpu's or NVIDIA's (shape.py).
     """
     if not use_counters:
         inventory = replace(inventory, counter_sets=(), devices=tuple(
@@ -188,6 +206,7 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
     if not use_shared:
         inventory = replace(inventory, devices=tuple(
             replace(d, shared=False) for d in inventory.devices))
+        shape = replace(shape, consumable_shares="disabled")
     if version not in VERSIONS:
         raise ValueError(f"unsupported resource.k8s.io version {version!r}")
     any_lost = node_wide_lost and (bool(inventory.lost_indices)
@@ -233,7 +252,8 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": len(chunks)},
             # A counters-only slice has no devices at all (the apiserver stores none).
             **({} if chunk_sets[i] and not chunk else {"devices": [
-                device_entry(d, inventory, version, wanted.get(d.name, ()) if use_taints else ())
+                device_entry(d, inventory, version, wanted.get(d.name, ()) if use_taints else (),
+                             shape)
                 for d in chunk]}),
             **({"sharedCounters": copy.deepcopy(chunk_sets[i])} if chunk_sets[i] else {}),
         },

@@ -346,6 +346,14 @@ def allocated_node(claim: Mapping[str, Any]) -> str | None:
     return None
 
 
+def in_nvml_order(devices: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Whole GPUs in the order NVML numbers them on their node (``nvidia-smi -L``): by PCI bus
+    ID (``resource.kubernetes.io/pciBusID``), which every driver publishes; NVIDIA's current
+    driver has no ``index`` attribute."""
+    return sorted(devices,
+                  key=lambda d: str(attribute_value(d, "resource.kubernetes.io/pciBusID")))
+
+
 def attribute_value(device: Mapping[str, Any], name: str) -> Any:
     """The value of a slice device's attribute ``name`` (unqualified or ``<driver>/name``),
     whatever its type (``string``, ``int``, ``bool``, ``version``); None when absent. In

@@ -110,7 +110,7 @@ def test_the_facts_are_what_nvml_reports(node_state: Path) -> None:
     facts = nh.read_facts(node_state)
     assert facts_as_nvml_sees(facts) == pynvml(node_state, LIST_MIG)
     assert facts.driver_version == "580.95.05"
-    assert [g.mig_enabled for g in facts.gpus] == [True, False, False]
+    assert [g.mig_enabled for g in facts.gpus] == [True, False, False, True]
     assert len(facts.gpus[0].instances) == 2
 
 
@@ -151,24 +151,26 @@ def test_build_writes_the_driver_root_and_proc_files(node_state: Path, tmp_path:
     # The plugin resolves libnvidia-ml.so.1 and takes the directory as the driver's: it
     # must stay inside the root.
     assert (host.lib_dir / "libnvidia-ml.so.1").resolve() == versioned.resolve()
+    # NVIDIA's v25.12.0 refuses every CDI spec without a libcuda.so.* beside it (issue 27).
+    assert (host.lib_dir / "libcuda.so.580.95.05").is_file()
     smi = host.bin_dir / "nvidia-smi"
     assert os.access(smi, os.X_OK)
     listing = subprocess.run([str(smi), "-L"], env={**os.environ, **nvml_env.env(node_state)},
                              capture_output=True, text=True, timeout=60, check=True).stdout
-    assert listing.count("GPU ") == 3
+    assert listing.count("GPU ") == 4
     assert subprocess.run([str(host.cdi_hook), "update-ldcache"], check=False,
                           timeout=30).returncode == 0
     nodes = {p.name: (os.major(p.lstat().st_rdev), os.minor(p.lstat().st_rdev))
              for p in host.dev_dir.iterdir() if stat.S_ISCHR(p.lstat().st_mode)}
     assert nodes == {"nvidia0": (195, 0), "nvidia1": (195, 1), "nvidia2": (195, 2),
-                     "nvidiactl": (195, 255), "nvidia-uvm": (majors.uvm, 0),
+                     "nvidia3": (195, 3), "nvidiactl": (195, 255), "nvidia-uvm": (majors.uvm, 0),
                      "nvidia-uvm-tools": (majors.uvm, 1)}
     assert nh.used_char_majors(host.proc_devices.read_text())["nvidia-caps"] == majors.caps
     caps = sorted(p.relative_to(host.capabilities).as_posix()
                   for p in host.capabilities.rglob("access"))
     gis = [i.gi for i in facts.gpus[0].instances]
-    assert caps == sorted([f"gpu0/mig/gi{g}/access" for g in gis]
-                          + [f"gpu0/mig/gi{g}/ci0/access" for g in gis])
+    assert caps == sorted([f"gpu{m}/mig/gi{i.gi}/{sub}access" for m in (0, 3)
+                           for i in facts.gpus[m].instances for sub in ("", "ci0/")])
     first = host.capabilities / f"gpu0/mig/gi{gis[0]}/access"
     assert f"DeviceFileMinor: {nh.gi_minor(0, gis[0])}\n" in first.read_text()
     # Idempotent: a second build changes nothing and fails on nothing.
@@ -198,7 +200,7 @@ def test_capability_files_come_and_go_with_mig_instances(node_state: Path,
     assert nh.sync_capabilities(host, nh.read_facts(node_state))
     assert not (host.capabilities / f"gpu0/mig/gi{gi}").exists()
     # The topology's own instances stay.
-    assert len(list(host.capabilities.rglob("access"))) == 4
+    assert len(list(host.capabilities.rglob("access"))) == 2 * (2 + 4)
 
 
 @needs_root
@@ -224,9 +226,10 @@ def test_the_plugin_sees_the_files_in_its_namespace_and_the_host_does_not(
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
 def test_the_running_plugin_sees_an_instance_made_after_it_started(node_state: Path,
                                                                   tmp_path: Path) -> None:
-    # The "plugin" waits until a fifth access file shows up in its namespace, then lists them.
+    # The "plugin" waits until one more access file than the topology's 12 (two per instance)
+    # shows up in its namespace, then lists them.
     caps = "/proc/driver/nvidia/capabilities"
-    probe = (f"until [ $(find {caps} -name access | wc -l) -gt 4 ]; do sleep 0.05; done; "
+    probe = (f"until [ $(find {caps} -name access | wc -l) -gt 12 ]; do sleep 0.05; done; "
              f"find {caps} -name access | sort")
     argv = wrapper_argv(tmp_path / "nvhost", node_state, ["sh", "-c", probe])
     wrapper = subprocess.Popen(argv, env={**os.environ, **nvml_env.env(node_state)},

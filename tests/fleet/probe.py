@@ -16,6 +16,7 @@ from fakegpu.fleet.publisher import FleetPublisher, SimNode
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import faults
 from fakegpu.plugin import discovery, slices
+from fakegpu.plugin.shape import Shape
 from fakegpu.topology.load import load_topology
 
 
@@ -66,8 +67,9 @@ def plugin_devices(state: Path, driver: str) -> list[dict[str, Any]]:
     # The plugin's environment for that node: its NVML state and its sysfs view.
     os.environ.pop("FAKEGPU_SYSFS", None)
     os.environ.update(nvml_env.env(state))
-    inventory = discovery.discover(drivers.is_nvidia(driver))
-    built = slices.build_slices(driver, "n", inventory, "v1", 1)
+    nvidia = drivers.is_nvidia(driver)
+    inventory = discovery.discover(nvidia)
+    built = slices.build_slices(driver, "n", inventory, "v1", 1, shape=Shape(nvidia=nvidia))
     return [d for s in built for d in s["spec"].get("devices") or []]
 
 

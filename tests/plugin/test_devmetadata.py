@@ -64,3 +64,27 @@ def test_prepare_writes_one_file_per_request_mounted_by_its_first_device(tmp_pat
     assert driver.unprepare([ClaimRef("default", "p-gpus-x7k2q", "uid-m")]) == {"uid-m": ""}
     assert not Path(gpus["hostPath"]).exists()
     assert not (tmp_path / "state" / "metadata" / "uid-m").exists()
+
+
+def test_as_nvidias_driver_the_file_has_the_slices_attributes(tmp_path: Path) -> None:
+    # The same shape as the slice (shape.py): NVIDIA's current driver has no index or minor.
+    from fakegpu.plugin.shape import Shape
+
+    store = ClaimStore()
+    obj = claim("p-gpus-x7k2q", "uid-n", ["gpu-1"])
+    obj["metadata"]["annotations"] = {devmetadata.POD_CLAIM_ANNOTATION: "gpus"}
+    store.add(obj)
+    (tmp_path / "cdi").mkdir()
+    nvidia = Shape(nvidia=True)
+    driver = Driver(DriverConfig(driver=DRIVER, node=NODE, state_dir=tmp_path / "state",
+                                 cdi_root=tmp_path / "cdi", shape=nvidia), store,
+                    Devices(lambda: inventory()))
+    result = driver.prepare([ClaimRef("default", "p-gpus-x7k2q", "uid-n")])["uid-n"]
+    assert result.error == "" and result.claim is not None
+    spec = json.loads((tmp_path / "cdi" / result.claim.cdi_spec).read_text())
+    (mount,) = [d["containerEdits"]["mounts"][0] for d in spec["devices"]
+                if "mounts" in d["containerEdits"]]
+    (device,) = json.loads(Path(mount["hostPath"]).read_text())["requests"][0]["devices"]
+    inv = inventory()
+    assert device["attributes"] == slices.device_attributes(inv.by_name()["gpu-1"], inv, nvidia)
+    assert "index" not in device["attributes"] and "minor" not in device["attributes"]

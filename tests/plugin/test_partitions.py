@@ -125,11 +125,15 @@ def _dynamic_inventory(gpus: int) -> Any:
         parts = gpu_of(h100, minor)
         devices.append(replace(whole, consumes=tuple(sorted(parts.full_consumption().items()))))
         for placement in parts.placements():
-            info = MigInfo(gi_id=-1, ci_id=-1, profile_id=placement.profile.profile_id,
-                           placement_start=placement.start, placement_size=placement.size)
+            p = placement.profile
+            info = MigInfo(gi_id=-1, ci_id=-1, profile_id=p.profile_id,
+                           placement_start=placement.start, placement_size=placement.size,
+                           multiprocessors=p.multiprocessors, copy_engines=p.copy_engines,
+                           decoders=p.decoders, encoders=p.encoders,
+                           jpeg_engines=p.jpeg_engines, ofa_engines=p.ofa_engines)
             devices.append(replace(
-                whole, name=mig_device_name(minor, placement.profile.name, info), type="mig",
-                uuid="", parent_uuid=whole.uuid, profile=placement.profile.name, mig=info,
+                whole, name=mig_device_name(minor, p.name, info), type="mig", uuid="",
+                memory_bytes=p.memory_mib << 20, parent_uuid=whole.uuid, profile=p.name, mig=info,
                 consumes=tuple(sorted(parts.consumption(placement).items()))))
         sets.append((partitions.counter_set_name(minor), tuple(sorted(parts.counters().items()))))
     return Inventory(driver_version="580.159.03", cuda_driver_version="13.0",
@@ -161,6 +165,31 @@ def test_from_1_35_counters_have_slices_of_their_own() -> None:
         "memory": {"value": "9984Mi"},  # canonical binary, as the apiserver stores it
         "memory-slice-5": {"value": "1"}}}]
     assert slicepool.same_devices(out, slices.build_slices(DRIVER, NODE, inv, "v1", 2))
+
+
+def test_nvidias_shape_of_dynamic_mig() -> None:
+    # NVIDIA's partitions.go: the whole GPU's capacity is the largest of each MIG capacity (its
+    # memory the 7g.80gb's, not NVML's total) and a partition has no memorySlice<i> capacity;
+    # fakegpu's own shape keeps both (total memory; slices for CEL).
+    from fakegpu.plugin import slices
+    from fakegpu.plugin.shape import Shape
+
+    from .helpers import DRIVER, NODE
+
+    inv = _dynamic_inventory(gpus=1)
+    nvidia = {d["name"]: d for s in slices.build_slices(DRIVER, NODE, inv, "v1", 1,
+                                                         shape=Shape(nvidia=True))
+              for d in s["spec"].get("devices") or ()}
+    assert nvidia["gpu-0"]["capacity"] == {k: {"value": v} for k, v in {
+        "multiprocessors": "132", "copyEngines": "8", "decoders": "7", "encoders": "0",
+        "jpegEngines": "7", "ofaEngines": "1", "memory": "81152Mi"}.items()}
+    part = nvidia["gpu-0-mig-3g40gb-9-4"]["capacity"]
+    assert not [k for k in part if k.startswith("memorySlice")], part
+    assert part["memory"] == {"value": "40448Mi"}
+    own = {d["name"]: d for s in slices.build_slices(DRIVER, NODE, inv, "v1", 1)
+           for d in s["spec"].get("devices") or ()}
+    assert own["gpu-0"]["capacity"] == {"memory": {"value": "81559Mi"}}  # NVML total
+    assert own["gpu-0-mig-3g40gb-9-4"]["capacity"]["memorySlice4"] == {"value": "1"}
 
 
 def test_on_1_34_each_slice_holds_whole_gpus_with_their_counters() -> None:

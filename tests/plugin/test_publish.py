@@ -14,6 +14,7 @@ from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices
 from fakegpu.plugin.health import Health
 from fakegpu.plugin.publish import SlicePublisher
+from fakegpu.plugin.shape import Shape
 
 from .helpers import DRIVER, NODE, inventory
 
@@ -222,7 +223,7 @@ def test_nvidia_compatible_gpu_lost_taints_the_whole_node_until_it_answers() -> 
     base = _indexed(3)
     now = {"inv": base}
     pub = SlicePublisher(store, Devices(lambda: now["inv"]), DRIVER, NODE,
-                         nvidia_compatible=True)
+                         shape=Shape(nvidia=True))
     pub.sync()
     now["inv"] = lose(base, 2)
     assert pub.sync() is True

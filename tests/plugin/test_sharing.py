@@ -238,3 +238,21 @@ def test_a_time_slicing_interval_that_is_no_interval_name_is_refused(interval: A
         sharing.parse([opaque("FromClaim", gpu_config(
             strategy="TimeSlicing", timeSlicingConfig={"interval": interval}))], DRIVER, OWN)
     assert "sharing.timeSlicingConfig.interval: " in str(err.value)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--consumable-shares", "memory"], "--consumable-shares: NVIDIA's driver's option"),
+    (["--nvidia-compat-release", "v25.3"], "--nvidia-compat-release: NVIDIA's driver's option"),
+])
+def test_nvidias_options_need_nvidias_driver_name(argv: list[str], message: str,
+                                                  tmp_path: Path) -> None:
+    # One line naming the flag, exit 2, before NVML is asked anything.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "fakegpu", "plugin", "run", "--node", "n",
+                          "--kubelet-root", str(tmp_path / "k"), "--cdi-root",
+                          str(tmp_path / "c"), *argv], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr

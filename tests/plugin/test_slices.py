@@ -15,6 +15,7 @@ from fakegpu.plugin.discovery import (
     nvlib_profile_name,
     rfc1123,
 )
+from fakegpu.plugin.shape import Shape, parse_shares
 
 from .helpers import DRIVER, NODE, gpu, inventory
 
@@ -232,9 +233,12 @@ def test_same_devices_sees_a_taint_go_away() -> None:
                                                                 "v1", 0))
 
 
-def test_nvidia_index_and_minor_attributes() -> None:
-    # NVIDIA's driver publishes a GPU's NVML `index` and `minor`, and a MIG device's GPU as
-    # `parentIndex` (issue 13: selectors on `index` must work).
+INDEX_KEYS = ("index", "minor", "parentIndex")
+
+
+def test_fakegpus_shape_publishes_index_and_minor_attributes() -> None:
+    # fakegpu's own driver: a GPU's NVML `index` and `minor`, a MIG device's GPU's index as
+    # `parentIndex` (selectors on them work: issue 13).
     whole = dataclasses.replace(gpu(3), index=1)
     attrs = slices.device_attributes(whole, inventory(1))
     assert attrs["index"] == {"int": 1} and attrs["minor"] == {"int": 3}
@@ -242,3 +246,63 @@ def test_nvidia_index_and_minor_attributes() -> None:
     attrs = slices.device_attributes(part, inventory(1))
     assert attrs["parentIndex"] == {"int": 2}
     assert "index" not in attrs and "minor" not in attrs
+
+
+def test_nvidias_current_shape_has_no_index_attributes() -> None:
+    # NVIDIA's driver dropped them after v25.3 (commit 36fc80ab): none of them on any device.
+    current = Shape(nvidia=True)
+    for device in (dataclasses.replace(gpu(3), index=1),
+                   dataclasses.replace(mig(2, 14, 4, 2), index=2)):
+        attrs = slices.device_attributes(device, inventory(1), current)
+        assert not set(INDEX_KEYS) & set(attrs), attrs
+        assert attrs["resource.kubernetes.io/pciBusID"] == {"string": device.pci_bus_id}
+
+
+def test_nvidias_v25_3_shape_keeps_them() -> None:
+    old = Shape(nvidia=True, release="v25.3")
+    attrs = slices.device_attributes(dataclasses.replace(gpu(3), index=1), inventory(1), old)
+    assert attrs["index"] == {"int": 1} and attrs["minor"] == {"int": 3}
+    attrs = slices.device_attributes(dataclasses.replace(mig(2, 14, 4, 2), index=2),
+                                     inventory(1), old)
+    assert attrs["parentIndex"] == {"int": 2}
+
+
+def test_an_unknown_nvidia_release_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"--nvidia-compat-release: 'v25\.8' is not one of"):
+        Shape(nvidia=True, release="v25.8")
+
+
+@pytest.mark.parametrize("policy", ["memory", "unlimited", "4"])
+def test_nvidias_consumable_shares_publish_every_gpu_and_mig_device_shared(policy: str) -> None:
+    # NVIDIA main's --consumable-shares (consumable_shares.go): memory in whole MiB with a 1Mi
+    # step; `memory` defaults to all of it, `unlimited` and N to none; N adds `shares`.
+    odd = dataclasses.replace(gpu(0), memory_bytes=(81559 << 20) + 12345)
+    inv = Inventory("580.1", "13.0", (odd, mig(2, 14, 4, 2)))
+    [obj] = slices.build_slices(DRIVER, NODE, inv, "v1", 1,
+                                shape=Shape(nvidia=True, consumable_shares=policy))
+    for entry in obj["spec"]["devices"]:
+        assert entry["allowMultipleAllocations"] is True
+        memory = entry["capacity"]["memory"]
+        top = "81559Mi" if entry["name"] == "gpu-0" else "20Gi"
+        assert memory["value"] == top
+        assert memory["requestPolicy"] == {
+            "default": top if policy == "memory" else "0",
+            "validRange": {"min": "1Mi" if policy == "memory" else "0", "max": top,
+                           "step": "1Mi"}}
+        shares = entry["capacity"].get("shares")
+        assert shares == (None if policy != "4" else {"value": "4", "requestPolicy": {
+            "default": "1", "validRange": {"min": "1", "max": "4", "step": "1"}}})
+    off = slices.build_slices(DRIVER, NODE, inv, "v1", 1, use_shared=False,
+                              shape=Shape(nvidia=True, consumable_shares=policy))
+    assert not any("allowMultipleAllocations" in e for e in off[0]["spec"]["devices"])
+
+
+@pytest.mark.parametrize(("text", "ok"), [("memory", True), ("unlimited", True), ("8", True),
+                                          ("disabled", True), ("0", False), ("-1", False),
+                                          ("all", False)])
+def test_consumable_shares_values_are_nvidias(text: str, ok: bool) -> None:
+    if ok:
+        assert parse_shares(text) == text
+    else:
+        with pytest.raises(ValueError, match=r"--consumable-shares: .* is not one of"):
+            parse_shares(text)

@@ -4,7 +4,8 @@ NVIDIA's plugin (NVIDIA/k8s-dra-driver-gpu, ``cmd/gpu-kubelet-plugin``) does not
 
 - it finds ``libnvidia-ml.so.1`` and ``nvidia-smi`` under ``--nvidia-driver-root``, and the
   container toolkit it embeds looks for ``libnvidia-ml.so.<driver version>`` in that directory
-  to put the driver's libraries into CDI specs;
+  to put the driver's libraries into CDI specs (v25.12.0's also needs a ``libcuda.so.*``
+  there, or it writes no spec at all);
 - its CDI specs name ``dev/nvidia<minor>``, ``nvidiactl``, ``nvidia-uvm`` and
   ``nvidia-uvm-tools`` under the driver root's ``dev/`` (it stats them for their numbers);
 - for a MIG device it reads ``/proc/driver/nvidia/capabilities/gpu<m>/mig/gi<g>/access`` and
@@ -303,6 +304,11 @@ def build(host: HostDir, facts: HostFacts, *, library: Path, nvidia_smi: Path,
     versioned = host.lib_dir / f"libnvidia-ml.so.{facts.driver_version}"
     _copy_if_changed(library, versioned, mode=0o755)
     _symlink(host.lib_dir / "libnvidia-ml.so.1", versioned.name)
+    # Located, never loaded by the plugin; a container that loads it gets "invalid ELF header":
+    # there is no fake CUDA, only NVML.
+    libcuda = host.lib_dir / f"libcuda.so.{facts.driver_version}"
+    if not libcuda.is_file():
+        fsutil.atomic_write(libcuda, "fakegpu: no CUDA driver, only NVML (libnvidia-ml.so.1)\n")
     _copy_if_changed(nvidia_smi, host.bin_dir / "nvidia-smi", mode=0o755)
     fsutil.atomic_write(host.cdi_hook, "#!/bin/sh\n# fakegpu: nothing to link or cache\nexit 0\n",
                         mode=0o755)
