@@ -97,7 +97,8 @@ def test_rbac_is_least_privilege(helm: Path) -> None:
     rules = {(r["apiGroups"][0], r["resources"][0]): (set(r["verbs"]), r.get("resourceNames"))
              for r in role["rules"]}
     assert rules == {
-        ("resource.k8s.io", "resourceclaims"): ({"get"}, None),
+        # list: the attach controller finds the claims holding its node's devices (attach.py)
+        ("resource.k8s.io", "resourceclaims"): ({"get", "list"}, None),
         ("resource.k8s.io", "resourceclaims/status"): ({"update", "patch"}, None),
         # 1.36+: device status is also authorized per driver, for claims on the token's node.
         ("resource.k8s.io", "resourceclaims/driver"):
