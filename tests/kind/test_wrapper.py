@@ -154,3 +154,19 @@ def test_entrypoint_keeps_the_nodes_state_across_restarts_until_the_topology_cha
     topo.write_text(topo.read_text() + "\n# changed\n")
     entrypoint.plugin_env(env)
     assert state.read_bytes() == first
+
+
+def test_a_pid_file_naming_no_running_dockerd_is_removed(tmp_path: Path) -> None:
+    # After a restored machine image the old pid may be another live process: dockerd would
+    # refuse to start ("pid file found") on it.
+    proc = tmp_path / "proc"
+    for pid, comm in ((41, "python3"), (42, "dockerd")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text(comm + "\n")
+    pidfile = tmp_path / "dockerd.pid"
+    assert not dockerhost.clear_stale_pidfile(pidfile, proc)  # none there
+    pidfile.write_text("42")
+    assert not dockerhost.clear_stale_pidfile(pidfile, proc) and pidfile.exists()
+    for stale in ("41", "43", "garbage"):
+        pidfile.write_text(stale)
+        assert dockerhost.clear_stale_pidfile(pidfile, proc) and not pidfile.exists()

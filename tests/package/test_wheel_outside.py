@@ -105,7 +105,7 @@ def test_the_wheel_is_tagged_for_any_python_on_this_platform(installed: Installe
     assert "Root-Is-Purelib: false" in wheel_meta
     for part in ("fakegpu/nvml/lib/libnvidia-ml.so.1", "fakegpu/nvidiasmi/bin/nvidia-smi",
                  "fakegpu/bandwidth/bin/nvbandwidth", "fakegpu/podresources/bin/podresources",
-                 "fakegpu/plugin/proto/dra_v1_pb2.py",
+                 "fakegpu/kubeletplugin/proto/dra_v1_pb2.py",
                  "fakegpu/topology/fixtures/dgx-h100.yaml", "fakegpu/deploy/chart/Chart.yaml",
                  "fakegpu/deploy/chart/templates/daemonset.yaml",
                  "fakegpu/deploy/chart/files/rbac.yaml", "fakegpu/cluster/kind/Dockerfile"):

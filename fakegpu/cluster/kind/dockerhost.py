@@ -106,14 +106,40 @@ def ensure(console: Console | None = None) -> DockerHost:
         wrapper = nodeconfig.install_wrapper(state_dir() / WRAPPER_RUNTIME, Path(runc))
     cfg = state_dir() / "daemon.json"
     fsutil.atomic_write(cfg, json.dumps(daemon_config(wrapper), indent=2) + "\n")
+    pidfile = state_dir() / "dockerd.pid"
+    if clear_stale_pidfile(pidfile):
+        console.print(f"removed {pidfile}: it named no running dockerd")
     console.print(f"starting dockerd (config {cfg}, log {state_dir() / 'dockerd.log'})")
     rec = process.spawn("dockerd", [dockerd, "--config-file", str(cfg),
-                                    "--pidfile", str(state_dir() / "dockerd.pid")],
+                                    "--pidfile", str(pidfile)],
                         state_dir() / "dockerd.log")
     fsutil.atomic_write(state_dir() / "dockerd.json", json.dumps(rec.to_json()) + "\n")
     process.wait_until("dockerd to answer", lambda: daemon_answers(docker, 5),
                        process.WaitPolicy(timeout=90, interval=1), watch=[rec])
     return DockerHost(docker, ours=True, runtime_wrapper=wrapper is not None)
+
+
+def clear_stale_pidfile(pidfile: Path, proc: Path = Path("/proc")) -> bool:
+    """Remove a pid file left by a dockerd that no longer runs; True when removed.
+
+    dockerd refuses to start while its pid file names any live process, and after a reboot or
+    a restored machine image that pid often belongs to something else. A file naming a running
+    dockerd is kept: that one is the user's to stop.
+    """
+    try:
+        pid = int(pidfile.read_text().strip())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        pid = 0
+    try:
+        comm = (proc / str(pid) / "comm").read_text().strip() if pid > 0 else ""
+    except OSError:
+        comm = ""
+    if comm == "dockerd":
+        return False
+    pidfile.unlink(missing_ok=True)
+    return True
 
 
 def _uses_wrapper(docker: Path) -> bool:
