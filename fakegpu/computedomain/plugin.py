@@ -82,7 +82,12 @@ CHANNELS = 8  # channel-0 .. channel-7 published per node (NVIDIA's driver: up t
 # The char device a channel is: a major no real driver here uses (the real one is dynamic,
 # from /proc/devices "nvidia-caps-imex-channels"), minor = channel number.
 IMEX_MAJOR = 511
-READY_WAIT_S = 35.0  # below the kubelet's 45 s per call; then the kubelet retries
+# As long as the kubelet's 45 s per call allows: a prepare that fails is not retried after the
+# pod worker's 10 s backoff but at the pod's next resync, 60-90 s later (1.37's kuberuntime
+# manager returns from a failed PrepareDynamicResources without a sync error), so every
+# failure here costs a minute or more; on a loaded 2-core host an IMEX daemon can take 35 s.
+READY_WAIT_S = 40.0
+READY_POLL_S = 1.0  # one GET of the domain per second and waiting claim (18 at once on NVL72)
 CDI_CLASS = "imex"
 MANAGED_BY = "fakegpu-compute-domain-plugin"
 DAEMON_STOP_S = 5.0
@@ -421,7 +426,7 @@ class ComputeDomainDriver:
             if time.monotonic() >= deadline:
                 raise ClaimError(f"ComputeDomain {domain_ref}: the IMEX daemon on node "
                                  f"{self.c.node} is not ready ({state}); retrying")
-            time.sleep(0.5)
+            time.sleep(READY_POLL_S)
 
     # --- daemons ---------------------------------------------------------------------------
 

@@ -130,8 +130,11 @@ def test_objects_of_a_domain_deleted_while_no_controller_ran_are_removed(
         api: client.ApiClient, controller: Controller) -> None:
     custom: Any = client.CustomObjectsApi(api)
     apps: Any = client.AppsV1Api(api)
-    d = objects.Domain("job", "old", "0000-gone", 1, "old-ch", "Single")
-    kubeapi.apply(api, [objects.channel_template(NAMES, d, version=controller.resource_version),
+    # A namespace of its own: under xdist the test that creates "job" may run on another worker.
+    d = objects.Domain("gone-job", "old", "0000-gone", 1, "old-ch", "Single")
+    own_namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": d.namespace}}
+    kubeapi.apply(api, [own_namespace,
+                        objects.channel_template(NAMES, d, version=controller.resource_version),
                         objects.daemonset(NAMES, d, NAMESPACE, "img:1")])
     controller.reconcile_all()
     assert not custom.list_cluster_custom_object(
