@@ -7,6 +7,7 @@ NVIDIA-compatible, so the answer cannot differ between them.
 - ``FAKEGPU`` / ``NVIDIA``: the GPU drivers fakegpu's plugin publishes as;
 - ``CHOICES``: the ``--driver`` choice keys (``fakegpu``, ``nvidia``) and the driver of each;
 - ``NIC``: the NIC driver (``fakegpu nic run``), one name in both GPU driver modes;
+  ``DRANET``: the same plugin under DRANET's name, publishing DRANET's attribute names;
 - the names derived from a GPU driver's domain (``gpu.X`` -> ``X``): the MIG DeviceClass
   ``mig.X``, the opaque configs' ``resource.X/v1beta1``, the ComputeDomain driver
   ``compute-domain.X``.
@@ -18,6 +19,7 @@ FAKEGPU = "gpu.fakegpu.dev"
 NVIDIA = "gpu.nvidia.com"  # NVIDIA's k8s-dra-driver-gpu: its manifests select this name
 DEFAULT = FAKEGPU
 NIC = "nic.fakegpu.dev"  # the NIC driver (fakegpu/nic), beside either GPU driver
+DRANET = "dra.net"  # kubernetes-sigs/dranet's driver name: its manifests select this name
 
 FAKEGPU_KEY = "fakegpu"
 NVIDIA_KEY = "nvidia"
@@ -33,6 +35,12 @@ def is_nvidia(driver: str) -> bool:
     """Whether ``driver`` is NVIDIA's name: the plugin then acts as NVIDIA's driver (its
     DeviceClasses, its config group, its device attributes), so NVIDIA's manifests work."""
     return driver == NVIDIA
+
+
+def is_dranet(driver: str) -> bool:
+    """Whether ``driver`` is DRANET's name: the NIC plugin then publishes DRANET's device names
+    and ``dra.net/*`` attributes, so selectors written for DRANET match fakegpu's NICs."""
+    return driver == DRANET
 
 
 def is_nvidia_key(key: str) -> bool:

@@ -34,6 +34,8 @@ class Nic:
     pcie_root: str = ""  # "" when unknown: the attribute is left out
     numa_node: int | None = None
     link_up: bool = True  # sysfs carrier (a nic-link-down fault sets it 0)
+    mtu: int = 0  # 0 when sysfs does not say
+    infiniband: bool = False  # net/<if>/type 32 (IPoIB), else Ethernet
 
 
 def _read(path: Path) -> str:
@@ -77,7 +79,9 @@ def discover(root: str | None = None) -> list[Nic]:
                 role=_read(net / sysfs.ROLE_FILE), rdma=rdma, uverbs=uverbs, uverbs_dev=dev,
                 pcie_root=where[1],
                 numa_node=pcie.numa_node(bus, sysfs.MELLANOX_VENDOR, root),
-                link_up=_read(net / "carrier") != "0"))
+                link_up=_read(net / "carrier") != "0",
+                mtu=int(mtu) if (mtu := _read(net / "mtu")).isdigit() else 0,
+                infiniband=_read(net / "type") == str(sysfs.ARPHRD["ib"])))
     return sorted(found, key=lambda n: n.name)
 
 

@@ -77,7 +77,7 @@ def build_spec(driver: str, ref: ClaimRef,
             edits["deviceNodes"] = [{"path": f"{RDMA_DIR}/{nic.uverbs}", "type": "c",
                                      "major": nic.uverbs_dev[0], "minor": nic.uverbs_dev[1],
                                      "permissions": "rw"}]
-        out.append({"name": f"{ref.uid}-{device_name(nic)}", "containerEdits": edits})
+        out.append({"name": f"{ref.uid}-{device_name(nic, driver)}", "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": kind(driver),
             "containerEdits": {"env": [f"FAKEGPU_NIC_CLAIM={ref.namespace}/{ref.name}"]},
             "devices": out}
@@ -89,7 +89,7 @@ def status_entries(driver: str, node: str, claim: dict[str, Any], version: str,
     now = now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     generation = int((claim.get("metadata") or {}).get("generation") or 0)
     return [{
-        "driver": driver, "pool": node, "device": device_name(nic),
+        "driver": driver, "pool": node, "device": device_name(nic, driver),
         "data": {"interfaceName": nic.name, "macAddress": nic.mac, "model": nic.model,
                  "pciBusID": nic.pci_bus_id, **({"rdmaDevice": nic.rdma} if nic.rdma else {}),
                  **({"pluginVersion": version} if version else {})},
@@ -122,6 +122,9 @@ class NicDriver:
     def driver_name(self) -> str:
         return self.cfg.driver
 
+    def _name(self, nic: Nic) -> str:
+        return device_name(nic, self.cfg.driver)
+
     def _link(self, device: str) -> netdev.HostLink:
         return netdev.host_link(str(self.cfg.state_dir), device)
 
@@ -146,7 +149,7 @@ class NicDriver:
         return record if sound else None
 
     def _plan(self, claim: dict[str, Any], ref: ClaimRef) -> list[tuple[str, Nic]]:
-        by_name = {device_name(n): n for n in self._nics()}
+        by_name = {self._name(n): n for n in self._nics()}
         out = []
         for result in allocated_results(claim, ref, self.cfg.driver):
             pool, name = result.get("pool"), str(result.get("device"))
@@ -167,13 +170,13 @@ class NicDriver:
             return PrepareResult(done)
         claim = self._claims.get_claim(ref.namespace, ref.name)
         plan = self._plan(claim, ref)
-        links = [(nic, self._link(device_name(nic))) for _request, nic in plan]
+        links = [(nic, self._link(self._name(nic))) for _request, nic in plan]
         prepared = PreparedClaim(
             uid=ref.uid, namespace=ref.namespace, name=ref.name,
             devices=tuple(PreparedDevice(
-                request_names=(request,), pool_name=self.cfg.node, device_name=device_name(nic),
+                request_names=(request,), pool_name=self.cfg.node, device_name=self._name(nic),
                 cdi_device_ids=(cdispec.device_id(kind(self.cfg.driver),
-                                                  f"{ref.uid}-{device_name(nic)}"),))
+                                                  f"{ref.uid}-{self._name(nic)}"),))
                 for request, nic in plan),
             cdi_spec=cdispec.spec_filename(self.cfg.driver, ref.uid),
             instance=self.cfg.instance, plugin_version=self._version)

@@ -1,6 +1,13 @@
 """The NICs as ResourceSlice devices: the standard attributes where the NIC sits (the same
 ``resource.kubernetes.io/pcieRoot`` and ``numaNode`` values the GPU plugin publishes for a GPU
-under the same root) and what a network claim selects on."""
+under the same root) and what a network claim selects on.
+
+Two vocabularies, chosen by the driver name: fakegpu's own (``nic.fakegpu.dev``: devices named
+for their interface, unprefixed attributes), and DRANET's (``dra.net``: devices named for
+their PCI address, ``pci-0000-18-00-0``, and the ``dra.net/*`` attributes of
+kubernetes-sigs/dranet's ``pkg/apis/attributes.go``, with the values its inventory reads from
+netlink and sysfs), so a DeviceClass or CEL selector written for DRANET matches fakegpu's NICs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from fakegpu import drivers
 from fakegpu.kubeletplugin import slicepool
 
 from .discovery import Nic
@@ -16,12 +24,63 @@ MANAGED_BY = "fakegpu-nic-plugin"
 TAINT_LINK_DOWN = "link-down"  # <driver>/link-down, NoSchedule, while the carrier is lost
 
 
-def device_name(nic: Nic) -> str:
-    """A DNS label: the interface name, lowercase, anything else as '-'."""
+DRANET_PREFIX = "dra.net/"
+PCI_VENDOR_NAME = "Mellanox Technologies"  # vendor 0x15b3 in the pci.ids database
+# The pci.ids product names of the models fakegpu renders (sysfs.NIC_DEVICE), as DRANET
+# publishes them in dra.net/pciDevice.
+PCI_DEVICE_NAME = {"ConnectX-6": "MT28908 Family [ConnectX-6]",
+                   "ConnectX-7": "MT2910 Family [ConnectX-7]",
+                   "BlueField-3": "MT43244 BlueField-3 integrated ConnectX-7 network controller"}
+
+
+def device_name(nic: Nic, driver: str = drivers.NIC) -> str:
+    """A DNS label: fakegpu's the interface name, lowercase, anything else as '-'; DRANET's
+    the PCI address with ':' and '.' as '-' after ``pci-``."""
+    if drivers.is_dranet(driver):
+        return "pci-" + re.sub(r"[^a-z0-9]", "-", nic.pci_bus_id.lower())
     return re.sub(r"[^a-z0-9-]", "-", nic.name.lower()).strip("-")[:63] or "nic"
 
 
-def attributes(nic: Nic) -> dict[str, dict[str, Any]]:
+def _where(nic: Nic) -> dict[str, dict[str, Any]]:
+    attrs: dict[str, dict[str, Any]] = {}
+    if nic.pcie_root:
+        attrs["resource.kubernetes.io/pcieRoot"] = {"string": nic.pcie_root}
+    if nic.numa_node is not None:
+        attrs["resource.kubernetes.io/numaNode"] = {"int": nic.numa_node}
+    return attrs
+
+
+def dranet_attributes(nic: Nic) -> dict[str, dict[str, Any]]:
+    """DRANET's names for a physical NIC function with its interface up on the host."""
+    def a(name: str, kind: str, value: Any) -> tuple[str, dict[str, Any]]:
+        return DRANET_PREFIX + name, {kind: value}
+
+    attrs = dict([
+        a("ifName", "string", nic.name), a("mac", "string", nic.mac),
+        a("pciAddress", "string", nic.pci_bus_id),
+        a("pciVendor", "string", PCI_VENDOR_NAME),
+        a("encapsulation", "string", "infiniband" if nic.infiniband else "ether"),
+        a("alias", "string", ""),
+        a("state", "string", "up" if nic.link_up else "down"),
+        # netlink's link type: a physical Ethernet function is a "device", IPoIB "ipoib".
+        a("type", "string", "ipoib" if nic.infiniband else "device"),
+        a("ebpf", "bool", False), a("sriov", "bool", False), a("virtual", "bool", False),
+        a("rdma", "bool", bool(nic.rdma)),
+    ])
+    if nic.model in PCI_DEVICE_NAME:
+        attrs.update([a("pciDevice", "string", PCI_DEVICE_NAME[nic.model])])
+    if nic.mtu:
+        attrs.update([a("mtu", "int", nic.mtu)])
+    if nic.rdma:
+        attrs.update([a("rdmaDevice", "string", nic.rdma)])
+    if nic.numa_node is not None:
+        attrs.update([a("numaNode", "int", nic.numa_node)])
+    return attrs | _where(nic)
+
+
+def attributes(nic: Nic, driver: str = drivers.NIC) -> dict[str, dict[str, Any]]:
+    if drivers.is_dranet(driver):
+        return dranet_attributes(nic)
     attrs: dict[str, dict[str, Any]] = {
         "type": {"string": "nic"},
         "interfaceName": {"string": nic.name},
@@ -35,15 +94,11 @@ def attributes(nic: Nic) -> dict[str, dict[str, Any]]:
         attrs["role"] = {"string": nic.role}
     if nic.rdma:
         attrs["rdmaDevice"] = {"string": nic.rdma}
-    if nic.pcie_root:
-        attrs["resource.kubernetes.io/pcieRoot"] = {"string": nic.pcie_root}
-    if nic.numa_node is not None:
-        attrs["resource.kubernetes.io/numaNode"] = {"int": nic.numa_node}
-    return attrs
+    return attrs | _where(nic)
 
 
 def device_body(driver: str, nic: Nic) -> dict[str, Any]:
-    body: dict[str, Any] = {"attributes": attributes(nic)}
+    body: dict[str, Any] = {"attributes": attributes(nic, driver)}
     if not nic.link_up:  # nothing new is scheduled onto a NIC without a link
         body["taints"] = [{"key": f"{driver}/{TAINT_LINK_DOWN}", "effect": "NoSchedule"}]
     return body
@@ -53,5 +108,6 @@ def build_slice(driver: str, node: str, nics: Sequence[Nic], version: str, gener
                 owner: dict[str, Any] | None) -> dict[str, Any]:
     return slicepool.pool_slice(
         driver, node, version, generation,
-        [slicepool.device(device_name(n), device_body(driver, n), version) for n in nics],
+        [slicepool.device(device_name(n, driver), device_body(driver, n), version)
+         for n in nics],
         owner, MANAGED_BY)

@@ -43,6 +43,10 @@ GPU_CLASS = "0x030200"  # 3D controller, as data-centre GPUs report it
 NIC_CLASS = {"ib": "0x020700", "en": "0x020000"}  # InfiniBand / Ethernet controller
 # PCI device ids of the NIC models the catalog names (the pci.ids database).
 NIC_DEVICE = {"ConnectX-6": "0x101b", "ConnectX-7": "0x1021", "BlueField-3": "0xa2dc"}
+# net/<if>/type (ARPHRD_*) and the MTU an interface comes up with: Ethernet 1500, IPoIB in
+# datagram mode on a 4K IB MTU 4092.
+ARPHRD = {"en": 1, "ib": 32}
+DEFAULT_MTU = {"en": 1500, "ib": 4092}
 UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192  # /dev/infiniband/uverbs<N>: char 231:192+N
 ROLE_FILE = "fakegpu_role"
 
@@ -114,6 +118,7 @@ def render(node: Node, target: str | Path) -> Path | None:
         for name, value in (("address", mac(node.name, card.name)),
                             ("speed", str(round(card.gbps * 1000))),
                             ("carrier", "1"), ("operstate", "up"),
+                            ("type", str(ARPHRD[kind])), ("mtu", str(DEFAULT_MTU[kind])),
                             (ROLE_FILE, str(card.role))):
             (net / name).write_text(value + "\n", encoding="ascii")
         if card.rdma:

@@ -3,6 +3,7 @@ NICs -> slice devices, a prepared claim -> its CDI spec and status entries."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,54 @@ def test_status_carries_network_data(dgx: tuple[Path, list[discovery.Nic]]) -> N
 
 def test_no_view_no_nics(tmp_path: Path) -> None:
     assert discovery.discover(str(tmp_path)) == []
+
+
+def test_the_view_shows_mtu_and_link_type_as_the_kernel_does(
+        dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    view, nics = dgx
+    ib = next(n for n in nics if n.name == "ibp21s0")
+    en = next(n for n in nics if not n.name.startswith("ib"))
+    assert (ib.infiniband, ib.mtu) == (True, 4092)
+    assert (en.infiniband, en.mtu) == (False, 1500)
+    link = next(view.glob(f"bus/pci/devices/{ib.pci_bus_id}")).resolve()
+    assert (link / "net" / "ibp21s0" / "type").read_text() == "32\n"
+
+
+def test_dranet_names_and_attributes(dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nic = next(n for n in dgx[1] if n.name == "ibp21s0")
+    assert slices.device_name(nic, "dra.net") == "pci-" + nic.pci_bus_id.replace(
+        ":", "-").replace(".", "-")
+    attrs = slices.attributes(nic, "dra.net")
+    assert {k for k in attrs if not k.startswith("dra.net/")} == {
+        "resource.kubernetes.io/pcieRoot", "resource.kubernetes.io/numaNode"}
+    assert attrs["dra.net/ifName"] == {"string": "ibp21s0"}
+    assert attrs["dra.net/mac"] == {"string": nic.mac}
+    assert attrs["dra.net/pciAddress"] == {"string": nic.pci_bus_id}
+    assert attrs["dra.net/pciVendor"] == {"string": "Mellanox Technologies"}
+    assert attrs["dra.net/pciDevice"] == {"string": "MT2910 Family [ConnectX-7]"}
+    assert attrs["dra.net/rdma"] == {"bool": True}
+    assert attrs["dra.net/rdmaDevice"] == {"string": "mlx5_0"}
+    assert attrs["dra.net/numaNode"] == attrs["resource.kubernetes.io/numaNode"]
+    assert (attrs["dra.net/encapsulation"], attrs["dra.net/type"], attrs["dra.net/mtu"]) == (
+        {"string": "infiniband"}, {"string": "ipoib"}, {"int": 4092})
+    assert attrs["dra.net/state"] == {"string": "up"}
+    assert attrs["dra.net/virtual"] == {"bool": False}
+    # fakegpu's own vocabulary is not mixed in
+    assert not {"interfaceName", "rdma", "macAddress"} & set(attrs)
+    down = slices.device_body("dra.net", dataclasses.replace(nic, link_up=False))
+    assert down["attributes"]["dra.net/state"] == {"string": "down"}
+    assert down["taints"][0]["key"] == "dra.net/link-down"
+
+
+def test_dranet_claims_are_prepared_under_the_pci_names(
+        dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nic = next(n for n in dgx[1] if n.name == "ibp21s0")
+    name = slices.device_name(nic, "dra.net")
+    spec = build_spec("dra.net", ClaimRef("ns", "c", "u1"),
+                      [(nic, netdev.host_link("/state/n0", name))])
+    assert spec["kind"] == "dra.net/nic" and spec["devices"][0]["name"] == f"u1-{name}"
+    [entry] = status_entries("dra.net", "n0", {"metadata": {}}, "", [("nic", nic)], now="t")
+    assert entry["device"] == name
+    assert entry["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": nic.mac}
+    built = slices.build_slice("dra.net", "n0", [nic], "v1", 1, None)
+    assert [d["name"] for d in built["spec"]["devices"]] == [name]
