@@ -20,6 +20,17 @@ def create(api: client.ApiClient, name: str, labels: Mapping[str, str] | None = 
         body, _request_timeout=TIMEOUT_S))
 
 
+def has_default_account(api: client.ApiClient, name: str) -> bool:
+    """Whether namespace ``name``'s ``default`` ServiceAccount exists yet (the controller-manager
+    makes it just after the namespace; until then the apiserver refuses pods there)."""
+    try:
+        call(f"cannot read serviceaccount {name}/default", lambda: client.CoreV1Api(
+            api).read_namespaced_service_account("default", name, _request_timeout=TIMEOUT_S))
+    except NotFound:
+        return False
+    return True
+
+
 def read(api: client.ApiClient, name: str) -> Any | None:
     """The namespace (``V1Namespace``), None when it does not exist."""
     try:

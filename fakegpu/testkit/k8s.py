@@ -33,6 +33,7 @@ FIELD_MANAGER = "fakegpu-testkit"
 # The test kit's waits poll the apiserver: a read every half second is nothing to it, and a wait
 # overshoots the event it waits for by half the interval on average (0.5 s a wait at 1 s).
 POLL_S = 0.5
+NAMESPACE_READY_S = 60.0
 
 
 def new_api_client(kubeconfig: Path) -> Any:
@@ -51,11 +52,22 @@ def is_transient_api_error(err: BaseException) -> bool:
 def create_namespace(
     core: kclient.CoreV1Api, prefix: str = "fakegpu-e2e", labels: Mapping[str, str] | None = None
 ) -> str:
-    """Create a uniquely named namespace and return its name."""
+    """Create a uniquely named namespace and return its name once pods can be made there."""
     # A random suffix instead of generateName: the name is known before the call, so a retry
     # after a lost response cannot leak a second namespace.
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     namespaces.create(core.api_client, name, labels)
+
+    # The apiserver refuses a pod ("serviceaccount default not found") until the
+    # controller-manager has made the namespace's default ServiceAccount, a moment later (more
+    # on a loaded cluster); Kubernetes' own e2e framework waits for it the same way.
+    def account() -> None:
+        if not namespaces.has_default_account(core.api_client, name):
+            raise NotYet(f"namespace {name} has no default ServiceAccount yet (the "
+                         "controller-manager makes it)")
+
+    pods.poll(account, what=f"namespace {name}'s default ServiceAccount",
+              timeout=NAMESPACE_READY_S, interval=POLL_S)
     return name
 
 

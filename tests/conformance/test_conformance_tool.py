@@ -155,7 +155,9 @@ def test_pytests_exit_codes_map_to_fakegpus(pytest_code: int, ours: int, says: s
 def test_a_stopped_run_still_writes_its_report(tmp_path: Path, bare_control_plane: Any) -> None:
     """SIGTERM (a CI job's timeout or cancel) in the middle of a check: the run ends as
     interrupted (130) and the report says so, with what it reached. A real apiserver without
-    kubelets: the check's pod never runs, so the stop lands while it waits."""
+    a controller-manager: the check's namespace never gets its default ServiceAccount, so the
+    stop lands while the check waits for it (before the wait, the pod was refused at once and
+    the check failed whenever the stop came a moment late: CI, 2026-12-06)."""
     with bare_control_plane() as cp:
         api = k8s.new_api_client(Path(cp.kubeconfig))
         core = kclient.CoreV1Api(api)
