@@ -15,17 +15,18 @@ import pytest
 
 # A context manager factory rather than one shared control plane: each module keeps its own
 # apiserver (their objects, nodes and namespaces must not meet), started only when used.
-StartControlPlane = Callable[[], AbstractContextManager[Any]]
+StartControlPlane = Callable[..., AbstractContextManager[Any]]
 
 
 @pytest.fixture(scope="session")
 def bare_control_plane(tmp_path_factory: pytest.TempPathFactory) -> StartControlPlane:
-    """``with bare_control_plane() as cp:`` a real etcd + kube-apiserver (``cp.kubeconfig``).
+    """``with bare_control_plane() as cp:`` a real etcd + kube-apiserver (``cp.kubeconfig``);
+    ``bare_control_plane(controllers=True)`` adds kube-controller-manager and kube-scheduler.
     The binaries are obtained (built from the Go module proxy when missing, as in CI) rather
     than skipped for: only a host that truly cannot have them skips, saying why."""
 
     @contextmanager
-    def start() -> Iterator[Any]:
+    def start(controllers: bool = False) -> Iterator[Any]:
         from fakegpu.cluster.artifacts import binaries
         from fakegpu.cluster.embedded.controlplane import ControlPlane
         from fakegpu.errors import MissingPrerequisite
@@ -34,7 +35,7 @@ def bare_control_plane(tmp_path_factory: pytest.TempPathFactory) -> StartControl
             bins = binaries.ensure()
         except MissingPrerequisite as err:
             pytest.skip(f"no kube-apiserver: cannot obtain the Kubernetes binaries: {err}")
-        with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=False) as cp:
+        with ControlPlane(tmp_path_factory.mktemp("cp"), bins, controllers=controllers) as cp:
             yield cp
 
     return start

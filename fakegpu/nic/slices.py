@@ -34,8 +34,8 @@ PCI_DEVICE_NAME = {"ConnectX-6": "MT28908 Family [ConnectX-6]",
 
 
 def device_name(nic: Nic, driver: str = drivers.NIC) -> str:
-    """A DNS label: fakegpu's the interface name, lowercase, anything else as '-'; DRANET's
-    the PCI address with ':' and '.' as '-' after ``pci-``."""
+    """A DNS label. fakegpu's: the interface name, lowercase, anything else as '-'. DRANET's:
+    ``pci-`` and the PCI address with ':' and '.' as '-'."""
     if drivers.is_dranet(driver):
         return "pci-" + re.sub(r"[^a-z0-9]", "-", nic.pci_bus_id.lower())
     return re.sub(r"[^a-z0-9-]", "-", nic.name.lower()).strip("-")[:63] or "nic"
@@ -51,7 +51,7 @@ def _where(nic: Nic) -> dict[str, dict[str, Any]]:
 
 
 def dranet_attributes(nic: Nic) -> dict[str, dict[str, Any]]:
-    """DRANET's names for a physical NIC function with its interface up on the host."""
+    """A NIC function's attributes under DRANET's names, as its inventory reads a host."""
     def a(name: str, kind: str, value: Any) -> tuple[str, dict[str, Any]]:
         return DRANET_PREFIX + name, {kind: value}
 

@@ -154,11 +154,12 @@ def test_pytests_exit_codes_map_to_fakegpus(pytest_code: int, ours: int, says: s
 @pytest.mark.integration
 def test_a_stopped_run_still_writes_its_report(tmp_path: Path, bare_control_plane: Any) -> None:
     """SIGTERM (a CI job's timeout or cancel) in the middle of a check: the run ends as
-    interrupted (130) and the report says so, with what it reached. A real apiserver without
-    a controller-manager: the check's namespace never gets its default ServiceAccount, so the
-    stop lands while the check waits for it (before the wait, the pod was refused at once and
-    the check failed whenever the stop came a moment late: CI, 2026-12-06)."""
-    with bare_control_plane() as cp:
+    interrupted (130) and the report says so, with what it reached. A real control plane
+    (controller-manager and scheduler too) without kubelets: the check's pod is accepted and
+    never runs, so the stop lands while the check waits for it. (Without a controller-manager
+    the pod was refused at once, no default ServiceAccount, and the check failed whenever the
+    stop came a moment late: a clean-clone run, 2026-12-06.)"""
+    with bare_control_plane(controllers=True) as cp:
         api = k8s.new_api_client(Path(cp.kubeconfig))
         core = kclient.CoreV1Api(api)
         before = {n.metadata.name for n in core.list_namespace().items}
