@@ -11,6 +11,7 @@ from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.computedomain.names import PLURAL, VERSION, for_gpu_driver
+from fakegpu.testkit import computedomain as cdkit
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import PodClaim, pod_manifest
 from fakegpu.testkit.wait import NotYet, wait_for
@@ -28,9 +29,7 @@ def test_a_node_in_another_clique_cannot_join(
 ) -> None:
     names = for_gpu_driver(fakegpu_cluster.driver_name)
     custom: Any = kclient.CustomObjectsApi(k8s_client)
-    custom.create_namespaced_custom_object(names.group, VERSION, namespace, PLURAL, {
-        "apiVersion": names.api_version, "kind": "ComputeDomain", "metadata": {"name": "split"},
-        "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "ch"}}}})
+    cdkit.create(k8s_client, names, namespace, "split", 2, "ch")
 
     def pod(name: str, node: str) -> dict[str, Any]:
         manifest = pod_manifest(name, fakegpu_cluster.workload_image, ["sleep", "3600"],

@@ -36,12 +36,31 @@ def body(names: Names, name: str, num_nodes: int, template: str) -> dict[str, An
 
 
 def create(k8s_client: Any, names: Names, namespace: str, name: str, num_nodes: int,
-           template: str) -> dict[str, Any]:
+           template: str, *, timeout: float = TIMEOUT) -> dict[str, Any]:
+    """Create the domain and return it once the controller has made its channel template.
+
+    Pods naming the template before it exists get no claim: kube-controller-manager's claim
+    controller retries them with an exponential backoff, which under load had reached minutes
+    (14 failed tries) by the time the template came, so the pods' claims, and the pods, started
+    that much later (CI, 2026-12-06). Users should wait the same way (docs/gb200.md)."""
     custom: Any = kclient.CustomObjectsApi(k8s_client)
     out: dict[str, Any] = errors.call(
         f"cannot create ComputeDomain {namespace}/{name}",
         lambda: custom.create_namespaced_custom_object(
             names.group, VERSION, namespace, PLURAL, body(names, name, num_nodes, template)))
+    version = kubeapi.resource_version(k8s_client)
+
+    def made() -> None:
+        try:
+            custom.get_namespaced_custom_object(GROUP, version, namespace,
+                                                "resourceclaimtemplates", template)
+        except kclient.ApiException as err:
+            if err.status == 404:
+                raise NotYet(f"no ResourceClaimTemplate {namespace}/{template} yet") from err
+            raise
+
+    wait_for(made, what=f"ComputeDomain {namespace}/{name}'s channel template {template}",
+             timeout=timeout, is_transient=k8s.is_transient_api_error)
     return out
 
 
