@@ -52,12 +52,11 @@ def create(k8s_client: Any, names: Names, namespace: str, name: str, num_nodes: 
 
     def made() -> None:
         try:
-            custom.get_namespaced_custom_object(GROUP, version, namespace,
-                                                "resourceclaimtemplates", template)
-        except kclient.ApiException as err:
-            if err.status == 404:
-                raise NotYet(f"no ResourceClaimTemplate {namespace}/{template} yet") from err
-            raise
+            errors.call(f"cannot read ResourceClaimTemplate {namespace}/{template}",
+                        lambda: custom.get_namespaced_custom_object(
+                            GROUP, version, namespace, "resourceclaimtemplates", template))
+        except errors.NotFound as err:
+            raise NotYet(f"no ResourceClaimTemplate {namespace}/{template} yet") from err
 
     wait_for(made, what=f"ComputeDomain {namespace}/{name}'s channel template {template}",
              timeout=timeout, is_transient=k8s.is_transient_api_error)
