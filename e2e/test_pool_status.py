@@ -92,12 +92,13 @@ def test_the_answer_counts_a_pools_devices_and_the_claim_on_it(
     assert available == max(0, total - allocated - unavailable)
     slices = [s for s in resource_api.slices(driver, pod.spec.node_name)
               if s["spec"]["pool"]["name"] == pool]
-    if max(s["spec"]["pool"]["generation"] for s in slices) == answer["generation"]:
-        current = [s for s in slices if s["spec"]["pool"]["generation"] == answer["generation"]]
+    newest = max(s["spec"]["pool"]["generation"] for s in slices)
+    if newest == answer["generation"]:
+        current = [s for s in slices if s["spec"]["pool"]["generation"] == newest]
         assert answer["resourceSliceCount"] == len(current)
         assert total == sum(len(s["spec"].get("devices") or []) for s in current)
     else:  # republished meanwhile (a parallel test's fault): the answer named an older one
-        assert answer["generation"] < max(s["spec"]["pool"]["generation"] for s in slices)
+        assert answer["generation"] < newest
 
 
 def test_a_driver_wide_answer_has_a_pool_per_publishing_node_and_a_missing_pool_none(
