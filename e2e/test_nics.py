@@ -5,7 +5,9 @@ verbs node; the claim's status carries the interface's network data. A storage N
 root with no GPU, so asking for one beside a GPU under one root stays pending. A
 ``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
 
-Observes only the API (slices, the claim, the pod's conditions) and what the pod sees.
+Observes only the API (slices, the claim, the pod's conditions) and what the pod sees, in the
+words of the cluster's NIC driver: fakegpu's, or DRANET's (the NVIDIA-compatible pass runs
+the NICs as dra.net).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import faults
 from fakegpu.testkit.dra import ResourceApi, attribute_value, node_devices
 from fakegpu.testkit.nics import (
-    NIC_DRIVER,
     PCIE_ROOT,
+    NicWords,
     assert_pending,
     interfaces,
     rdma_nodes,
@@ -32,15 +34,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.topology("dgx-h100")]
 
 def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
-    namespace: str,
+    namespace: str, nic_words: NicWords,
 ) -> None:
     start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic", PCIE_ROOT)
     claim, gpu, nic = running_claim(fakegpu_cluster, core_v1, resource_api, namespace,
                                     "gpu-nic")
     root = attribute_value(nic, PCIE_ROOT)
     assert root and attribute_value(gpu, PCIE_ROOT) == root, (gpu["name"], nic["name"])
-    assert attribute_value(nic, "role") == "compute"
-    name, mac = attribute_value(nic, "interfaceName"), attribute_value(nic, "macAddress")
+    assert nic_words.role(nic) == "compute"
+    name, mac = attribute_value(nic, nic_words.interface), attribute_value(nic, nic_words.mac)
     # What the pod sees: the interface, named and addressed as published, and one verbs node.
     seen = interfaces(core_v1, namespace, "gpu-nic")
     assert seen.get(name) == mac, seen
@@ -48,7 +50,7 @@ def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
     assert len(verbs) == 1 and "uverbs" in verbs[0] and " 231," in verbs[0], verbs
     # The claim's status: the NIC driver's entry with the interface's network data.
     entries = [e for e in (claim.get("status") or {}).get("devices") or []
-               if e.get("driver") == NIC_DRIVER]
+               if e.get("driver") == nic_words.driver]
     assert [e["device"] for e in entries] == [nic["name"]], entries
     assert entries[0]["networkData"] == {"interfaceName": name, "hardwareAddress": mac}
     ready = {c["type"]: c["status"] for c in entries[0].get("conditions") or []}
@@ -57,7 +59,7 @@ def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
 
 def test_a_storage_nic_shares_no_root_with_a_gpu_so_the_claim_stays_pending(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
-    namespace: str,
+    namespace: str, nic_words: NicWords,
 ) -> None:
     start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-storage", PCIE_ROOT,
               "storage")
@@ -65,24 +67,25 @@ def test_a_storage_nic_shares_no_root_with_a_gpu_so_the_claim_stays_pending(
                    "a GPU and a storage NIC under one root")
 
 
-def _taints(api: ResourceApi, node: str, device: str) -> list[str]:
-    [found] = [d for d in node_devices(api, NIC_DRIVER)[node] if d["name"] == device]
+def _taints(api: ResourceApi, driver: str, node: str, device: str) -> list[str]:
+    [found] = [d for d in node_devices(api, driver)[node] if d["name"] == device]
     return [t["key"] for t in (found.get("basic") or found).get("taints") or []]
 
 
 # A storage NIC: no other test here allocates one, so the taint cannot change their choice.
 def test_nic_link_down_taints_the_nic_and_clearing_lifts_it(
-    fakegpu_cluster: ClusterInfo, resource_api: ResourceApi,
+    fakegpu_cluster: ClusterInfo, resource_api: ResourceApi, nic_words: NicWords,
 ) -> None:
-    [(node, devices)] = node_devices(resource_api, NIC_DRIVER).items()
-    nic = next(d for d in devices if attribute_value(d, "role") == "storage")
-    name, key = str(attribute_value(nic, "interfaceName")), f"{NIC_DRIVER}/link-down"
-    assert _taints(resource_api, node, nic["name"]) == []
+    driver = nic_words.driver
+    [(node, devices)] = node_devices(resource_api, driver).items()
+    nic = next(d for d in devices if nic_words.role(d) == "storage")
+    name, key = str(attribute_value(nic, nic_words.interface)), nic_words.link_down_taint
+    assert _taints(resource_api, driver, node, nic["name"]) == []
     faults.nic_link(fakegpu_cluster, node, name, up=False)
     try:
-        wait_for(until_true(lambda: _taints(resource_api, node, nic["name"]) == [key]),
+        wait_for(until_true(lambda: _taints(resource_api, driver, node, nic["name"]) == [key]),
                  what=f"the NIC plugin to taint {name} with {key}", timeout=60)
     finally:
         faults.nic_link(fakegpu_cluster, node, name, up=True)
-    wait_for(until_true(lambda: _taints(resource_api, node, nic["name"]) == []),
+    wait_for(until_true(lambda: _taints(resource_api, driver, node, nic["name"]) == []),
              what=f"the taint on {name} to be lifted", timeout=60)

@@ -15,6 +15,7 @@ from fakegpu.testkit.dra import ResourceApi, attribute_value
 from fakegpu.testkit.nics import (
     NUMA_NODE,
     PCIE_ROOT,
+    NicWords,
     assert_pending,
     interfaces,
     running_claim,
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.topology("gb200-mini")]
 
 def test_no_gpu_shares_a_root_with_a_nic_so_the_claim_stays_pending(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
-    namespace: str,
+    namespace: str, nic_words: NicWords,
 ) -> None:
     start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic", PCIE_ROOT)
     assert_pending(core_v1, resource_api, namespace, "gpu-nic",
@@ -35,7 +36,7 @@ def test_no_gpu_shares_a_root_with_a_nic_so_the_claim_stays_pending(
 
 def test_a_gpu_and_a_nic_of_one_numa_node(
     fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
-    namespace: str,
+    namespace: str, nic_words: NicWords,
 ) -> None:
     start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic-numa", NUMA_NODE)
     _claim, gpu, nic = running_claim(fakegpu_cluster, core_v1, resource_api, namespace,
@@ -43,4 +44,5 @@ def test_a_gpu_and_a_nic_of_one_numa_node(
     assert attribute_value(gpu, NUMA_NODE) == attribute_value(nic, NUMA_NODE) is not None
     assert attribute_value(gpu, PCIE_ROOT) != attribute_value(nic, PCIE_ROOT)
     seen = interfaces(core_v1, namespace, "gpu-nic-numa")
-    assert seen.get(attribute_value(nic, "interfaceName")) == attribute_value(nic, "macAddress")
+    assert seen.get(attribute_value(nic, nic_words.interface)) == attribute_value(nic,
+                                                                              nic_words.mac)

@@ -8,6 +8,7 @@ NVIDIA-compatible, so the answer cannot differ between them.
 - ``CHOICES``: the ``--driver`` choice keys (``fakegpu``, ``nvidia``) and the driver of each;
 - ``NIC``: the NIC driver (``fakegpu nic run``), one name in both GPU driver modes;
   ``DRANET``: the same plugin under DRANET's name, publishing DRANET's attribute names;
+  ``NIC_CHOICES``: the clusters' ``--nic-driver`` keys (``fakegpu``, ``dranet``, ``none``);
 - the names derived from a GPU driver's domain (``gpu.X`` -> ``X``): the MIG DeviceClass
   ``mig.X``, the opaque configs' ``resource.X/v1beta1``, the ComputeDomain driver
   ``compute-domain.X``.
@@ -27,6 +28,11 @@ NVIDIA_KEY = "nvidia"
 CHOICES: dict[str, str] = {FAKEGPU_KEY: FAKEGPU, NVIDIA_KEY: NVIDIA}
 DEFAULT_KEY = FAKEGPU_KEY
 
+# `--nic-driver` (cluster up, the pytest plugin's --fakegpu-nic-driver): key -> the NIC plugin's
+# driver name; "none" runs no NIC plugin (a cluster whose suites need no NICs: fewer processes).
+NIC_CHOICES: dict[str, str] = {FAKEGPU_KEY: NIC, "dranet": DRANET, "none": ""}
+NIC_DEFAULT_KEY = FAKEGPU_KEY
+
 CONFIG_VERSION = "v1beta1"  # of the opaque sharing configs, fakegpu's and NVIDIA's alike
 COMPUTE_DOMAIN_PREFIX = "compute-domain."
 
@@ -41,6 +47,16 @@ def is_dranet(driver: str) -> bool:
     """Whether ``driver`` is DRANET's name: the NIC plugin then publishes DRANET's device names
     and ``dra.net/*`` attributes, so selectors written for DRANET match fakegpu's NICs."""
     return driver == DRANET
+
+
+def nic_by_key(key: str) -> str:
+    """The NIC driver name of a ``--nic-driver`` choice key (``dranet`` -> ``dra.net``; ``none``
+    -> "": no NIC plugin)."""
+    try:
+        return NIC_CHOICES[key]
+    except KeyError:
+        raise ValueError(f"unknown NIC driver choice {key!r} (expected one of "
+                         f"{', '.join(NIC_CHOICES)})") from None
 
 
 def is_nvidia_key(key: str) -> bool:

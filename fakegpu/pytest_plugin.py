@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fakegpu import drivers
 from fakegpu.cluster import PROVIDERS
 from fakegpu.errors import InvalidInput
 from fakegpu.testkit.options import Options
@@ -76,6 +77,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default="fakegpu",
                     help="fakegpu: the plugin as gpu.fakegpu.dev; nvidia: NVIDIA-compatible "
                          "(gpu.nvidia.com, NVIDIA's DeviceClasses) (default: fakegpu)")
+    group.addoption("--fakegpu-nic-driver", dest="fakegpu_nic_driver",
+                    choices=tuple(drivers.NIC_CHOICES), default=drivers.NIC_DEFAULT_KEY,
+                    help=f"the clusters' NIC plugin: fakegpu ({drivers.NIC}); dranet "
+                         f"({drivers.DRANET}, DRANET's names and attributes); none (no NIC "
+                         "plugin; the NIC suites skip) (default: fakegpu)")
     group.addoption("--fakegpu-image-alias", dest="fakegpu_image_alias", action="append",
                     default=[], metavar="NAME:TAG",
                     help="also name the workload image NAME:TAG on the cluster's nodes "

@@ -24,6 +24,14 @@ def test_a_key_and_its_driver_map_both_ways(key: str) -> None:
     assert drivers.key_of(drivers.by_key(key)) == key
 
 
+def test_the_nic_driver_choices() -> None:
+    """--nic-driver: fakegpu's NIC driver, DRANET's name, or none ("": no NIC plugin)."""
+    assert drivers.NIC_CHOICES == {"fakegpu": "nic.fakegpu.dev", "dranet": "dra.net", "none": ""}
+    assert drivers.nic_by_key(drivers.NIC_DEFAULT_KEY) == drivers.NIC
+    with pytest.raises(ValueError, match=r"unknown NIC driver choice 'sriov' .*fakegpu, dranet"):
+        drivers.nic_by_key("sriov")
+
+
 def test_an_unknown_key_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown driver choice 'amd' .*fakegpu, nvidia"):
         drivers.by_key("amd")

@@ -162,7 +162,8 @@ def info(name, topology, version):
 class FakeProvider:
     name = "embedded"
 
-    def up(self, name, topology, k8s_version, *, driver="fakegpu", image_aliases=()):
+    def up(self, name, topology, k8s_version, *, driver="fakegpu", image_aliases=(),
+           nic_driver="fakegpu"):
         record("up", name, str(topology), k8s_version)
         time.sleep(SETTINGS.get("up_seconds", 0))
         if SETTINGS.get("fail_up"):

@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--timeout", type=argtypes.seconds, default=180.0, metavar="SECONDS",
                     help="limit for each readiness wait (default: %(default)s)")
     options.add_driver(up, help=f"the plugins' driver: {options.KEY_HELP} and nvidia.com/gpu")
+    options.add_nic_driver(up)
     up.add_argument("--image-alias", action="append", default=[], metavar="NAME:TAG",
                     help="also name the workload image NAME:TAG on every node (repeatable), "
                          "so manifests naming e.g. ubuntu:22.04 run on nodes that cannot "
@@ -195,9 +196,10 @@ def _provider(args: argparse.Namespace, console: Console, *, retain: bool = Fals
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """What a new cluster is (``Clusters.up``'s keywords): driver, another vendor's plugin,
-    image aliases."""
+    image aliases, NIC driver."""
     return {"driver": getattr(args, "driver", drivers.DEFAULT_KEY), "plugin": _external(args),
-            "image_aliases": tuple(getattr(args, "image_alias", None) or ())}
+            "image_aliases": tuple(getattr(args, "image_alias", None) or ()),
+            "nic_driver": getattr(args, "nic_driver", drivers.NIC_DEFAULT_KEY)}
 
 
 def _external(args: argparse.Namespace) -> Any:
@@ -261,6 +263,7 @@ def _status_table(info: ClusterInfo) -> None:
     print(f"kubeconfig  {info.kubeconfig}")
     print(f"topology    {info.topology}")
     print(f"driver      {info.driver_name}")
+    print(f"nic driver  {info.nic_driver or 'none'}")
     print(f"workload    {info.workload_image}")
     cp = info.extra.get("control_plane", {})
     print("control     " + ", ".join(f"{k}={'up' if v else 'DOWN'}" for k, v in cp.items()))

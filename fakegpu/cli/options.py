@@ -131,6 +131,18 @@ def add_driver(parser: argparse.ArgumentParser, *, any_name: bool = False,
                             help=argparse.SUPPRESS)
 
 
+NIC_KEY_HELP = (f"the NIC plugin on every node whose topology has a PCIe tree: fakegpu: "
+                f"{drivers.NIC}; dranet: {drivers.DRANET} with DRANET's device names and "
+                "attributes; none: no NIC plugin (docs/nics.md)")
+
+
+def add_nic_driver(parser: argparse.ArgumentParser) -> None:
+    """``--nic-driver {fakegpu,dranet,none}`` (dest ``nic_driver``, stored as the key)."""
+    parser.add_argument("--nic-driver", dest="nic_driver", choices=tuple(drivers.NIC_CHOICES),
+                        default=drivers.NIC_DEFAULT_KEY,
+                        help=NIC_KEY_HELP + " (default: %(default)s)")
+
+
 def _format(text: str) -> str:
     value = _OLD_FORMATS.get(text, text)
     if value not in FORMATS:

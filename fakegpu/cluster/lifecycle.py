@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from fakegpu import drivers
 from fakegpu.cluster import imagealiases
 from fakegpu.cluster.names import down_command, validate_name
 from fakegpu.cluster.provider import (
@@ -58,13 +59,18 @@ class Progress:
 
 def load_spec(name: str, topology: Path, k8s_version: str | None, *,
               driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
-              image_aliases: Sequence[str] = ()) -> ClusterSpec:
+              image_aliases: Sequence[str] = (),
+              nic_driver: str = drivers.NIC_DEFAULT_KEY) -> ClusterSpec:
     """Validate what ``up`` was asked for; every problem is InvalidInput naming the input."""
     from fakegpu.cluster import driver_name
     from fakegpu.cluster.artifacts import binaries
 
     validate_name(name)
     dra_driver = driver_name(driver)
+    try:
+        nic = drivers.nic_by_key(nic_driver)
+    except ValueError as err:
+        raise InvalidInput(f"--nic-driver: {err}") from None
     if plugin is not None and plugin.beside and plugin.driver_name(dra_driver) == dra_driver:
         raise InvalidInput(f"--plugin-beside: that plugin publishes {dra_driver}, as fakegpu's "
                            "plugin does on this cluster; give it another --plugin-driver or "
@@ -77,7 +83,7 @@ def load_spec(name: str, topology: Path, k8s_version: str | None, *,
         raise InvalidInput(f"{topology}: the topology has no nodes")
     return ClusterSpec(name=name, topology_file=topology.resolve(), topology=topo,
                        k8s_version=binaries.resolve_version(k8s_version), driver=dra_driver,
-                       plugin=plugin, image_aliases=aliases)
+                       plugin=plugin, image_aliases=aliases, nic_driver=nic)
 
 
 class Lifecycle:
@@ -95,9 +101,10 @@ class Lifecycle:
 
     def up(self, name: str, topology: Path, k8s_version: str | None, *,
            driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
-           image_aliases: Sequence[str] = ()) -> ClusterInfo:
+           image_aliases: Sequence[str] = (),
+           nic_driver: str = drivers.NIC_DEFAULT_KEY) -> ClusterInfo:
         spec = load_spec(name, topology, k8s_version, driver=driver, plugin=plugin,
-                         image_aliases=image_aliases)
+                         image_aliases=image_aliases, nic_driver=nic_driver)
         if self.provider.exists(name):
             raise InvalidInput(f"cluster {name!r} already exists (or is left over): run "
                                f"`{self.down_command(name)}` first")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fakegpu import drivers
+
 if TYPE_CHECKING:
     from fakegpu.cluster.external import ExternalPlugin
     from fakegpu.cluster.upgrade import Target
@@ -45,6 +47,7 @@ class ClusterInfo:
     workload_image: str  # a local image pods can run, with a shell
     nodes: tuple[NodeInfo, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    nic_driver: str = drivers.NIC  # the NIC plugin's driver name; "": no NIC plugin runs
 
     def node(self, name: str) -> NodeInfo:
         for n in self.nodes:
@@ -60,6 +63,7 @@ class ClusterInfo:
             "kubeconfig": str(self.kubeconfig),
             "topology": str(self.topology),
             "driver_name": self.driver_name,
+            "nic_driver": self.nic_driver or None,
             "workload_image": self.workload_image,
             "nodes": [
                 {
@@ -88,6 +92,7 @@ class ClusterSpec:
     driver: str = "gpu.fakegpu.dev"  # the DRA driver name the plugins register as
     plugin: ExternalPlugin | None = None  # another vendor's plugin (--plugin-bin), embedded
     image_aliases: tuple[str, ...] = ()  # normalized names the workload image also gets
+    nic_driver: str = drivers.NIC  # the NIC plugin's driver (drivers.NIC_CHOICES); "": none
 
 
 @dataclass(frozen=True)
@@ -214,12 +219,14 @@ class Clusters(Protocol):
 
     def up(self, name: str, topology: Path, k8s_version: str | None, *,
            driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
-           image_aliases: Sequence[str] = ()) -> ClusterInfo:
+           image_aliases: Sequence[str] = (), nic_driver: str = drivers.NIC_DEFAULT_KEY
+           ) -> ClusterInfo:
         """Create the cluster; return once every node is Ready and every node's slices exist.
 
         ``driver`` (``fakegpu.cluster.DRIVERS``) is who its plugins are, ``plugin`` another
         vendor's kubelet plugin to run instead of (or beside) fakegpu's, ``image_aliases``
-        names the workload image gets too: all of it goes to the provider in the spec.
+        names the workload image gets too, ``nic_driver`` (a ``drivers.NIC_CHOICES`` key)
+        who its NIC plugin is, or none: all of it goes to the provider in the spec.
 
         A leftover cluster of the same name is an error naming `fakegpu cluster down`.
         On failure, the logs are saved and everything made so far is removed before the error

@@ -21,6 +21,7 @@ from fakegpu.errors import FakegpuError
 # What the kind provider installs the chart as, and so what the embedded provider uses too.
 RELEASE = "fakegpu"
 NAMESPACE = "fakegpu-system"
+NIC_FILE = "nic.yaml"  # the NIC driver's DeviceClass
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_]*)\}")
 
 
@@ -32,6 +33,8 @@ class Install:
     resource_api: str = "resource.k8s.io/v1"
     name: str = RELEASE  # the chart's fullname: "fakegpu" for release "fakegpu"
     namespace: str = NAMESPACE
+    nic_driver: str = drivers.NIC  # the chart's nics.driverName (nic.fakegpu.dev, dra.net)
+    nics: bool = True  # the chart's nics.enabled: a NIC plugin runs (its DeviceClass exists)
 
     @property
     def service_account(self) -> str:
@@ -59,7 +62,7 @@ class Install:
                 "SERVICE_ACCOUNT": self.service_account, "DRIVER": self.driver,
                 "MIG_CLASS": self.mig_class, "EXTENDED_RESOURCE": self.extended_resource,
                 "RESOURCE_API": self.resource_api, "DOMAIN": self.domain,
-                "NIC_DRIVER": drivers.NIC}
+                "NIC_DRIVER": self.nic_driver}
 
 
 def files() -> list[Traversable]:
@@ -91,8 +94,10 @@ def render_file(f: Traversable, install: Install) -> list[dict[str, Any]]:
 
 
 def render(install: Install) -> list[dict[str, Any]]:
-    """Every shared object (service account, RBAC, admission policy, DeviceClasses)."""
-    return [obj for f in files() for obj in render_file(f, install)]
+    """Every shared object (service account, RBAC, admission policy, DeviceClasses); the NIC
+    DeviceClass only where a NIC plugin runs, as the chart does."""
+    return [obj for f in files() if install.nics or f.name != NIC_FILE
+            for obj in render_file(f, install)]
 
 
 def device_classes(install: Install) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ class Options:
     reports_dir: Path
     driver: str = "fakegpu"  # fakegpu.cluster.DRIVERS: who the plugins of the cluster are
     image_aliases: tuple[str, ...] = ()  # normalized names the workload image also gets
+    nic_driver: str = "fakegpu"  # drivers.NIC_CHOICES: who the cluster's NIC plugins are
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Options:
@@ -68,4 +69,5 @@ class Options:
         return cls(provider=provider, k8s_version=None if version is None else str(version),
                    topology=topology, keep_cluster=bool(config.getoption("fakegpu_keep_cluster")),
                    cluster_name=name, reports_dir=config.rootpath / REPORTS_SUBDIR,
-                   driver=str(config.getoption("fakegpu_driver")), image_aliases=aliases)
+                   driver=str(config.getoption("fakegpu_driver")), image_aliases=aliases,
+                   nic_driver=str(config.getoption("fakegpu_nic_driver")))

@@ -220,7 +220,7 @@ class E2ESession:
                       "binaries, which takes a long time")
             started = time.monotonic()
             info = provider.up(name, topology, opts.k8s_version, driver=opts.driver,
-                               image_aliases=opts.image_aliases)
+                               image_aliases=opts.image_aliases, nic_driver=opts.nic_driver)
             seconds = time.monotonic() - started
         except Exception as err:  # every failure to come up is an error of the e2e tests
             return Outcome(error=f"bringing up cluster {name} failed: "
@@ -394,6 +394,11 @@ def reuse_problems(info: ClusterInfo, opts: Options,
 
     if info.driver_name != driver_name(opts.driver):
         problems.append(f"its driver is {info.driver_name}, not {driver_name(opts.driver)}")
+    from fakegpu import drivers
+
+    if info.nic_driver != drivers.nic_by_key(opts.nic_driver):
+        problems.append(f"its NIC driver is {info.nic_driver or 'none'}, not "
+                        f"{drivers.nic_by_key(opts.nic_driver) or 'none'}")
     if Path(info.topology).resolve() != topology.resolve():
         problems.append(f"its topology is {info.topology}, not {topology}")
     if opts.k8s_version is not None:

@@ -137,6 +137,22 @@ def test_up_runs_the_actions_in_order_after_recording_state(tmp_path: Path) -> N
     assert isinstance(provider.spec.topology, Topology)
     assert provider.spec.topology_file == TOPOLOGY.resolve()
     assert provider.spec.k8s_version == "1.35.4"
+    assert provider.spec.nic_driver == "nic.fakegpu.dev"  # --nic-driver's default
+
+
+@pytest.mark.parametrize(("key", "name"), [("dranet", "dra.net"), ("none", "")])
+def test_the_nic_driver_key_reaches_the_provider_as_its_name(tmp_path: Path, key: str,
+                                                            name: str) -> None:
+    provider = MemoryProvider(tmp_path)
+    _lifecycle(provider).up("c1", TOPOLOGY, None, nic_driver=key)
+    assert provider.spec is not None and provider.spec.nic_driver == name
+
+
+def test_an_unknown_nic_driver_is_refused_before_the_provider_is_asked(tmp_path: Path) -> None:
+    provider = MemoryProvider(tmp_path)
+    with pytest.raises(InvalidInput, match=r"--nic-driver: unknown NIC driver choice 'sriov'"):
+        _lifecycle(provider).up("c1", TOPOLOGY, None, nic_driver="sriov")
+    assert provider.calls == []
 
 
 def test_failed_up_saves_logs_then_removes_everything(

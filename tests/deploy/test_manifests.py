@@ -51,6 +51,23 @@ def test_every_placeholder_is_filled(driver: str, mig: str) -> None:
     assert driver_rule["resourceNames"] == [driver, "nic.fakegpu.dev"]  # the NIC plugin too
 
 
+def test_the_nic_driver_names_its_device_class_and_rights_or_none_is_made() -> None:
+    """--nic-driver dranet: the NIC DeviceClass and the claim-status right under DRANET's name;
+    none: no NIC DeviceClass (no plugin publishes NICs)."""
+    def classes(install: Install) -> list[str]:
+        return [o["metadata"]["name"] for o in manifests.render(install)
+                if o["kind"] == "DeviceClass"]
+
+    dranet = Install(driver="gpu.nvidia.com", nic_driver="dra.net")
+    assert "dra.net" in classes(dranet) and "nic.fakegpu.dev" not in classes(dranet)
+    (role,) = [o for o in manifests.render(dranet) if o["kind"] == "ClusterRole"
+               and o["metadata"]["name"] == manifests.RELEASE]
+    (rule,) = [r for r in role["rules"] if r["resources"] == ["resourceclaims/driver"]]
+    assert rule["resourceNames"] == ["gpu.nvidia.com", "dra.net"]
+    none = classes(Install(driver="gpu.fakegpu.dev", nics=False))
+    assert not {"nic.fakegpu.dev", "dra.net"} & set(none) and "gpu.fakegpu.dev" in none
+
+
 @pytest.mark.parametrize(("driver", "group"), [("gpu.fakegpu.dev", "resource.fakegpu.dev"),
                                                ("gpu.nvidia.com", "resource.nvidia.com")])
 def test_the_computedomain_crd_is_nvidias_shape_in_the_drivers_group(driver: str,

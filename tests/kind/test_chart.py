@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fakegpu import drivers
 from fakegpu.cluster import featuregates
 from fakegpu.cluster.artifacts import binaries, bincache
 from fakegpu.cluster.kind import tools
@@ -138,13 +139,16 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
-def _as_kind_installs_it(helm: Path, minor: int, driver: str) -> list[dict[str, Any]]:
+def _as_kind_installs_it(helm: Path, minor: int, driver: str, nic_driver: str
+                         ) -> list[dict[str, Any]]:
     """The chart's objects besides the plugin pods, as the kind provider installs it."""
+    from fakegpu.cluster.kind.provider import nic_values
     from fakegpu.deploy.manifests import NAMESPACE, RELEASE
 
     cmd = [str(helm), "template", RELEASE, str(CHART), "-n", NAMESPACE,
            "--kube-version", f"1.{minor}.0", "--set-file", f"topology={TOPOLOGY}",
-           "--api-versions", "resource.k8s.io/v1/DeviceClass", "--set", f"driverName={driver}"]
+           "--api-versions", "resource.k8s.io/v1/DeviceClass", "--set", f"driverName={driver}",
+           *nic_values(nic_driver)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     return sorted((_without_labels(d) for d in yaml.safe_load_all(out.stdout)
@@ -152,24 +156,32 @@ def _as_kind_installs_it(helm: Path, minor: int, driver: str) -> list[dict[str, 
                   key=_key)
 
 
-def _embedded_installs(driver: str) -> list[dict[str, Any]]:
+def _embedded_installs(driver: str, nic_driver: str) -> list[dict[str, Any]]:
     from fakegpu.cluster.embedded import install
-    from fakegpu.deploy.manifests import Install
+    from fakegpu.cluster.embedded.state import ClusterState
+    from fakegpu.cluster.embedded.worker import install_values
 
-    objs = install.objects(Install(driver=driver, resource_api="resource.k8s.io/v1"))
+    st = ClusterState(name="c", root=Path("/nonexistent"), driver=driver, nic_driver=nic_driver)
+    objs = install.objects(install_values(st))
     return sorted((o for o in objs if o["kind"] != "Namespace"), key=_key)
 
 
 @pytest.mark.parametrize("minor", MINORS)
 @pytest.mark.parametrize("driver", ["gpu.fakegpu.dev", "gpu.nvidia.com"])
-def test_both_providers_install_the_same_objects(helm: Path, minor: int, driver: str) -> None:
+@pytest.mark.parametrize("nic_driver", list(drivers.NIC_CHOICES.values()))
+def test_both_providers_install_the_same_objects(helm: Path, minor: int, driver: str,
+                                                 nic_driver: str) -> None:
     """Service account, RBAC, admission policy, DeviceClasses: what the embedded provider
-    applies is what the chart installs on kind (labels aside: those are Helm's)."""
-    chart = _as_kind_installs_it(helm, minor, driver)
+    applies is what the chart installs on kind (labels aside: those are Helm's), for each
+    NIC driver a cluster may run (--nic-driver)."""
+    chart = _as_kind_installs_it(helm, minor, driver, nic_driver)
     assert {o["kind"] for o in chart} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding", "DeviceClass", "CustomResourceDefinition"}
-    assert _embedded_installs(driver) == chart
+    assert _embedded_installs(driver, nic_driver) == chart
+    nic_classes = [o["metadata"]["name"] for o in chart if o["kind"] == "DeviceClass"
+                   and o["metadata"]["name"] in (drivers.NIC, drivers.DRANET)]
+    assert nic_classes == ([nic_driver] if nic_driver else [])
 
 
 def test_compute_domain_pieces_run_the_computedomain_commands(helm: Path) -> None:
@@ -229,13 +241,19 @@ def test_nic_plugin_runs_on_the_nodes_network_with_what_it_reads_and_writes(
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass"
             and d["metadata"]["name"].startswith("nic.")] == ["nic.fakegpu.dev"]
     assert render(helm, minor, "--set", "nics.enabled=false").count(nic) == 0
+    assert "--driver=nic.fakegpu.dev" in c["args"]
+    # DRANET's vocabulary (--nic-driver dranet): the same plugin under DRANET's name.
+    dranet = render(helm, minor, "--set", f"nics.driverName={drivers.DRANET}")
+    [nic] = [d for d in dranet
+             if d["kind"] == "DaemonSet" and "nic-plugin" in d["metadata"]["name"]]
+    assert "--driver=dra.net" in nic["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_embedded_rbac_is_the_charts(helm: Path) -> None:
     """The embedded cluster once granted every verb on resource.k8s.io, hiding RBAC bugs that
     then failed on kind: its role, binding and service account are now the chart's."""
-    chart = {_key(o): o for o in _as_kind_installs_it(helm, 37, "gpu.fakegpu.dev")}
-    embedded = {_key(o): o for o in _embedded_installs("gpu.fakegpu.dev")}
+    chart = {_key(o): o for o in _as_kind_installs_it(helm, 37, "gpu.fakegpu.dev", drivers.NIC)}
+    embedded = {_key(o): o for o in _embedded_installs("gpu.fakegpu.dev", drivers.NIC)}
     for kind in ("ClusterRole", "ClusterRoleBinding", "ServiceAccount"):
         (key,) = [k for k in chart if k[0] == kind and "compute-domain" not in k[1]]
         assert embedded[key] == chart[key]

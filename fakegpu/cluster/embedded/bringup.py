@@ -104,7 +104,7 @@ class Bringup:
         self.topology = spec.topology
         self.state = ClusterState(
             name=spec.name, root=clusters_dir() / spec.name, k8s_version=spec.k8s_version,
-            topology=str(spec.topology_file), driver=spec.driver,
+            topology=str(spec.topology_file), driver=spec.driver, nic_driver=spec.nic_driver,
             plugin=spec.plugin.to_json() if spec.plugin else None,
             nodes=[NodeState(n.name, i, bool(n.gpus), k8s_version=spec.k8s_version)
                    for i, n in enumerate(spec.topology.real_nodes)],
@@ -240,7 +240,8 @@ class Bringup:
         for node in self._members():
             if node.state.has_gpus:
                 node.wait_slices()
-        # The NIC plugin on every node whose fake host shows a PCIe tree (docs/nics.md).
+        # The NIC plugin on every node whose fake host shows a PCIe tree, unless the cluster
+        # runs none (--nic-driver none; docs/nics.md).
         nic_nodes = [n for n in self._members() if n.has_nics(envs[n.name])]
         for node in nic_nodes:
             node.start_nics(envs[node.name])

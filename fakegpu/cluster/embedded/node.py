@@ -301,15 +301,17 @@ def start_plugin(
     ], layout.log_dir / (f"plugin-{instance_id}.log" if instance_id else "plugin.log"), env=env)
 
 
-def start_nic_plugin(layout: NodeLayout, nvml_env: Mapping[str, str]) -> ProcessRecord:
-    """The node's NIC plugin (fakegpu/nic): it reads the node's sysfs view, which ``nvml_env``
-    points to (FAKEGPU_SYSFS), under the GPU plugin's service account."""
+def start_nic_plugin(layout: NodeLayout, nvml_env: Mapping[str, str],
+                     driver: str) -> ProcessRecord:
+    """The node's NIC plugin (fakegpu/nic) as ``driver`` (nic.fakegpu.dev, dra.net): it reads
+    the node's sysfs view, which ``nvml_env`` points to (FAKEGPU_SYSFS), under the GPU
+    plugin's service account."""
     env = dict(os.environ)
     env.pop("POD_UID", None)
     env.update(nvml_env)
     return spawn(f"nic-plugin/{layout.name}", [
         sys.executable, "-m", "fakegpu", "nic", "run",
-        "--node", layout.name,
+        "--node", layout.name, "--driver", driver,
         "--kubeconfig", str(layout.plugin_kubeconfig),
         "--kubelet-root", str(layout.kubelet_root),
         "--cdi-root", str(layout.cdi_dir),

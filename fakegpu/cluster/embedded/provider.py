@@ -77,7 +77,7 @@ class EmbeddedProvider:
         return ClusterInfo(
             name=st.name, provider=self.name, k8s_version=st.k8s_version,
             kubeconfig=st.kubeconfig, topology=Path(st.topology), driver_name=st.driver,
-            workload_image=st.workload_image, nodes=nodes,
+            workload_image=st.workload_image, nodes=nodes, nic_driver=st.nic_driver,
             extra={"phase": st.phase, "server": st.server, "dir": str(root),
                    "control_plane": cp_alive, "plugins": _instances(members),
                    "node_ips": {m.name: m.layout.ip for m in members},

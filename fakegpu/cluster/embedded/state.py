@@ -97,6 +97,8 @@ class ClusterState:
     simulated: list[str] = field(default_factory=list, metadata=LATER)  # fleet nodes: KWOK
     # The control plane's ports (controlplane.Ports): its upgrade restarts it on the same ones.
     cp_ports: dict[str, int] = field(default_factory=dict, metadata=LATER)
+    # The NIC plugin's driver name (drivers.NIC_CHOICES): nic.fakegpu.dev, dra.net; "": none.
+    nic_driver: str = field(default=drivers.NIC, metadata=LATER)
 
     @property
     def path(self) -> Path:

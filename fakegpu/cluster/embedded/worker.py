@@ -56,7 +56,8 @@ COMPONENTS = (CONTAINERD, KUBELET, EXTERNAL, PLUGIN, PENDING, COMPUTE_DOMAINS, N
 
 def install_values(st: ClusterState, api_version: str = "v1") -> Install:
     """The chart's values for this cluster (its driver; DeviceClasses in ``api_version``)."""
-    return Install(driver=st.driver, resource_api=f"resource.k8s.io/{api_version}")
+    return Install(driver=st.driver, resource_api=f"resource.k8s.io/{api_version}",
+                   nic_driver=st.nic_driver or drivers.NIC, nics=bool(st.nic_driver))
 
 
 def node_ready(st: ClusterState, name: str) -> bool:
@@ -207,19 +208,21 @@ class EmbeddedNode:
                                                                  env))
 
     def has_nics(self, env: dict[str, str]) -> bool:
-        """Whether the node's fake host shows a PCIe tree (its NICs): the NIC plugin's input."""
-        return SYSFS_ENV in env
+        """Whether the node runs a NIC plugin: the cluster has a NIC driver and the node's fake
+        host shows a PCIe tree (its NICs), the plugin's input."""
+        return bool(self.st.nic_driver) and SYSFS_ENV in env
 
     def start_nics(self, env: dict[str, str]) -> None:
         self._credentials()
-        self.record(NICS, nodemod.start_nic_plugin(self.layout, env))
+        self.record(NICS, nodemod.start_nic_plugin(self.layout, env, self.st.nic_driver))
 
     def wait_nics(self) -> None:
         rec = self.process(NICS)
         assert rec is not None, f"the NIC plugin of {self.name} was started"
-        wait_until(f"a whole ResourceSlice pool of node {self.name} (NIC plugin, {drivers.NIC})",
+        driver = self.st.nic_driver
+        wait_until(f"a whole ResourceSlice pool of node {self.name} (NIC plugin, {driver})",
                    lambda: self.name in kubeapi.complete_pools(
-                       node_slices(self.st, self.name, drivers.NIC)), self.policy, watch=[rec])
+                       node_slices(self.st, self.name, driver)), self.policy, watch=[rec])
 
     def wait_slices(self) -> None:
         """Until each of its plugins published a whole ResourceSlice pool for this node."""

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from fakegpu import drivers
 from fakegpu.cluster import featuregates, imagealiases, inotify
 from fakegpu.cluster.artifacts import images
 from fakegpu.cluster.kind import (
@@ -149,11 +148,12 @@ class KindProvider:
     def _wait_slices(self, st: KindState, topo: Topology) -> None:
         want = {n.name for n in topo.nodes}
         # A plugin that started while kube-proxy was still settling backs off up to 60 s.
-        # The NIC plugin serves the nodes whose topology has a PCIe tree (docs/nics.md).
-        nics = {n.name for n in topo.nodes if n.pcie is not None}
+        # The NIC plugin serves the nodes whose topology has a PCIe tree (docs/nics.md), unless
+        # the cluster runs none.
+        nics = {n.name for n in topo.nodes if n.pcie is not None and st.nic_driver}
         wait_until("a whole ResourceSlice pool of every worker (and its NICs')",
                    lambda: self._complete_pools(st) >= want
-                   and self._complete_pools(st, drivers.NIC) >= nics,
+                   and (not nics or self._complete_pools(st, st.nic_driver) >= nics),
                    WaitPolicy(max(self.policy.timeout, 600.0), self.policy.interval))
 
     def _nvml_copies(self, st: KindState, topo: Topology) -> None:
@@ -236,6 +236,7 @@ class KindProvider:
              # The IMEX daemon pods (ComputeDomains) run the workload image every node has.
              "--set", f"computeDomains.daemonImage={st.workload_image}",
              "--set", "nvmlInContainers.enabled=true",
+             *nic_values(st.nic_driver),
              *(a for key, path in NODE_TOOLS.items()
                for a in ("--set", f"nvmlInContainers.{key}={path}")),
              "--set-string", f"nodeSelector.{config.WORKER_LABEL.replace('.', chr(92) + '.')}"
@@ -284,7 +285,7 @@ class KindProvider:
         return ClusterInfo(
             name=st.name, provider=self.name, k8s_version=st.k8s_version,
             kubeconfig=st.kubeconfig, topology=Path(st.topology), driver_name=st.driver,
-            workload_image=st.workload_image, nodes=tuple(nodes),
+            workload_image=st.workload_image, nodes=tuple(nodes), nic_driver=st.nic_driver,
             extra={"phase": st.phase, "node_image": st.node_image,
                    "plugin_image": st.plugin_image, "containers": st.containers,
                    "dir": str(st.root)})
@@ -392,6 +393,13 @@ def _tag_images(st: KindState, names: Sequence[str]) -> None:
                       for node, container in sorted(st.containers.items())])
 
 
+def nic_values(nic_driver: str) -> list[str]:
+    """The chart's settings for the cluster's NIC driver ("" runs none)."""
+    if not nic_driver:
+        return ["--set", "nics.enabled=false"]
+    return ["--set", f"nics.driverName={nic_driver}"]
+
+
 class _Bringup:
     """One kind bring-up: its state (saved first, by the lifecycle) and its actions."""
 
@@ -399,7 +407,8 @@ class _Bringup:
         self.p = provider
         self.state = KindState(name=spec.name, k8s_version=spec.k8s_version,
                             topology=str(spec.topology_file), driver=spec.driver,
-                            workers=[n.name for n in spec.topology.nodes])
+                            workers=[n.name for n in spec.topology.nodes],
+                            nic_driver=spec.nic_driver)
         self.topology = spec.topology
         self.aliases = spec.image_aliases
         self.docker: Path | None = None

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fakegpu import fsutil, paths
+from fakegpu import drivers, fsutil, paths
 from fakegpu.cluster.names import down_command
 from fakegpu.errors import FakegpuError
 
@@ -28,6 +28,8 @@ class KindState:
     phase: str = "creating"
     containers: dict[str, str] = field(default_factory=dict)  # k8s node -> container
     workers: list[str] = field(default_factory=list)
+    # The NIC plugin's driver name (drivers.NIC_CHOICES): nic.fakegpu.dev, dra.net; "": none.
+    nic_driver: str = drivers.NIC
 
     @property
     def root(self) -> Path:

@@ -25,6 +25,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/* The driver name: explicit, else NVIDIA's when compatible, else fakegpu's own. */}}
+{{- /* The NIC plugin's DRA driver name: nics.driverName, else nic.fakegpu.dev. */ -}}
+{{- define "fakegpu.nicDriverName" -}}
+{{- .Values.nics.driverName | default "nic.fakegpu.dev" -}}
+{{- end -}}
+
 {{- define "fakegpu.driverName" -}}
 {{- if .Values.driverName -}}
 {{- .Values.driverName -}}
@@ -92,7 +97,7 @@ fails the render.
       "${MIG_CLASS}" (include "fakegpu.migClassName" $root)
       "${EXTENDED_RESOURCE}" (include "fakegpu.extendedResourceName" $root)
       "${DOMAIN}" (include "fakegpu.driverDomain" $root)
-      "${NIC_DRIVER}" "nic.fakegpu.dev" -}}
+      "${NIC_DRIVER}" (include "fakegpu.nicDriverName" $root) -}}
 {{- if contains "${RESOURCE_API}" $text -}}
 {{- $_ := set $values "${RESOURCE_API}" (include "fakegpu.resourceApiVersion" $root) -}}
 {{- end -}}
