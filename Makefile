@@ -50,7 +50,8 @@ test-nvidia: $(STAMP)
 	$(VENV)/bin/python -m pytest $(call XDIST,$(PYTEST_WORKERS)) fakegpu/conformance \
 		e2e/test_nvidia_compatible.py \
 		e2e/test_computedomain.py e2e/test_basic_allocation.py e2e/test_pcie_alignment.py \
-		e2e/test_nics.py e2e/nvidia --fakegpu-driver nvidia \
+		e2e/test_nics.py e2e/test_nics_gb200.py e2e/nvidia --fakegpu-driver nvidia \
+		--fakegpu-nic-driver dranet \
 		$(foreach image,$(NVIDIA_IMAGES),--fakegpu-image-alias $(image)) \
 		--fakegpu-cluster-name fakegpu-e2e-nv --junitxml=reports/junit-nvidia.xml
 
