@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from fakegpu import nvidiasmi
-from fakegpu.cluster.embedded import nvidiahost as nh
 from fakegpu.cluster.embedded.pluginhost import wrapper_argv
+from fakegpu.node import nvidiahost as nh
 from fakegpu.nvml import env as nvml_env
 from fakegpu.nvml import state
 from fakegpu.testkit.gpus import read_node_gpus

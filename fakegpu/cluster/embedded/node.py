@@ -360,8 +360,8 @@ def start_external_plugin(
 ) -> ProcessRecord:
     """Another vendor's kubelet plugin on this node, under ``pluginhost`` (its NVIDIA host from
     the node's NVML state, in a mount namespace of its own). Recorded as ``extplugin/<node>``."""
-    from fakegpu.cluster.embedded.nvidiahost import HostDir
     from fakegpu.cluster.embedded.pluginhost import wrapper_argv
+    from fakegpu.node.nvidiahost import HostDir
 
     host = HostDir(layout.root / "nvhost")
     state_dir = layout.root / "extplugin"

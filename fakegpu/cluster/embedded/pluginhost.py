@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fakegpu.cluster.embedded import nvidiahost as nh
 from fakegpu.errors import FakegpuError, MissingPrerequisite
+from fakegpu.node import nvidiahost as nh
 
 POLL_SECONDS = 0.05  # how late a capability file may follow another process's change
 CAPS_ENV = "FAKEGPU_NVML_CAPS_DIR"  # read by the fake library (nvml/csrc/caps.c)

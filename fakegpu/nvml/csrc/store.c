@@ -450,7 +450,7 @@ static void events_body(void *arg)
 /* Where the node's state is when no variable names it: inside a container that NVIDIA's
  * plugin prepared. Its container toolkit mounts the driver's GSP firmware
  * (lib/firmware/nvidia/<version>/gsp*.bin under the driver root) into every GPU container,
- * so the NVIDIA host (cluster/embedded/nvidiahost.py) links the state there: the fake GPUs'
+ * so the NVIDIA host (node/nvidiahost.py) links the state there: the fake GPUs'
  * "firmware" carries what the fake driver knows. */
 static const char *driver_files_state(char *out, size_t n)
 {
