@@ -355,6 +355,30 @@ def link_state(host: HostDir, facts: HostFacts, state: Path) -> None:
     fsutil.move_into_place(staged, target)
 
 
+def follow(host: HostDir, state: Path, seen: tuple[int, int], alive: Callable[[], bool],
+           say: Callable[[str], None], poll_s: float) -> None:
+    """While ``alive()``: re-link the state into the driver root when the file is replaced
+    (containers started from then on get the new one) and re-sync the MIG capability files
+    whenever its generation moves (``seen``: the (inode, generation) already synced)."""
+    while alive():
+        time.sleep(poll_s)
+        try:
+            now = read_generation(state)
+            if now == seen:
+                continue
+            facts = read_facts(state)
+            if now[0] != seen[0]:
+                link_state(host, facts, state)
+            generation = facts.generation
+            if sync_capabilities(host, facts,
+                                 lambda g=generation: read_generation(state)[1] == g):
+                say(f"MIG capability files now {sorted(capability_files(facts))}")
+            seen = (now[0], facts.generation)
+        except (OSError, FakegpuError) as err:
+            # Re-rendered or busy: the next poll reads it again.
+            say(f"state not read ({err}); retrying")
+
+
 def sync_capabilities(host: HostDir, facts: HostFacts,
                       still_current: Callable[[], bool] = lambda: True) -> bool:
     """Make ``capabilities/`` hold exactly the files of ``facts``' live MIG instances.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -25,14 +26,17 @@ def serving(paths: SocketPaths) -> tuple[bool, str]:
     return (not down, "serving" if not down else "not serving yet: " + ", ".join(down))
 
 
+Check = Callable[[], tuple[bool, str]]  # ready?, and what was seen
+
+
 class _Handler(BaseHTTPRequestHandler):
-    paths: ClassVar[SocketPaths]
+    check: ClassVar[Check]
 
     def do_GET(self) -> None:
         if self.path != PATH:
             self._answer(404, f"only {PATH} is served")
             return
-        ok, why = serving(self.paths)
+        ok, why = type(self).check()
         self._answer(200 if ok else 503, why)
 
     def _answer(self, code: int, text: str) -> None:
@@ -48,10 +52,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ReadinessEndpoint:
-    """``GET /readyz`` on ``port`` of every address of the pod; port 0 picks a free one."""
+    """``GET /readyz`` on ``port`` of every address of the pod, answered by ``check`` (the
+    plugin's: ``serving`` of its sockets); port 0 picks a free one."""
 
-    def __init__(self, paths: SocketPaths, port: int) -> None:
-        handler = type("Handler", (_Handler,), {"paths": paths})
+    def __init__(self, check: Check, port: int) -> None:
+        handler = type("Handler", (_Handler,), {"check": staticmethod(check)})
         self._server = ThreadingHTTPServer(("", port), handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]

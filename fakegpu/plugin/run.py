@@ -9,6 +9,7 @@ to adopt; should none come, the kubelet removes them after its grace period.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -27,7 +28,7 @@ from . import attach, discovery, healthsvc, shape, version
 from .claimstatus import ClaimConditions
 from .driver import Devices, Driver, DriverConfig
 from .health import EventWatcher, Health
-from .probe import ReadinessEndpoint
+from .probe import ReadinessEndpoint, serving
 from .publish import SlicePublisher, merge_taints
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if attaching:
         attacher.start()
     servers = PluginServers(driver, paths, opts.workers, streams)
-    probe = None if opts.probe_port is None else ReadinessEndpoint(paths, opts.probe_port)
+    probe = None if opts.probe_port is None else ReadinessEndpoint(
+        functools.partial(serving, paths), opts.probe_port)
     log.info("serving driver=%s node=%s version=%s registration=%s dra=%s state=%s",
              opts.driver_name, opts.node_name, stamp.version, paths.registration, paths.dra,
              state_dir)

@@ -480,13 +480,14 @@ def test_a_one_claim_prepare_never_waits_for_a_big_batch(node: Node,
 
 def test_readiness_endpoint_answers_what_the_sockets_say(node: Node) -> None:
     """GET /readyz: 503 naming what is not serving, 200 once both sockets serve, 404 elsewhere."""
+    import functools
     import urllib.error
     import urllib.request
 
-    from fakegpu.plugin.probe import ReadinessEndpoint
+    from fakegpu.plugin.probe import ReadinessEndpoint, serving
 
     paths = socket_paths(node.root, DRIVER, "pod-uid-9")
-    endpoint = ReadinessEndpoint(paths, 0)
+    endpoint = ReadinessEndpoint(functools.partial(serving, paths), 0)
 
     def get(path: str) -> tuple[int, str]:
         try:

@@ -20,12 +20,10 @@ Nodes without GPUs (no state file) get no host directory: the plugin runs as it 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,30 +60,12 @@ def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
     return facts
 
 
-def unchanged(state: Path, facts: nh.HostFacts) -> bool:
-    return nh.read_generation(state)[1] == facts.generation
-
-
 def keep_current(host: nh.HostDir, state: Path, child: subprocess.Popen[bytes],
                  seen: tuple[int, int]) -> int:
     """Re-sync the capability files whenever the state file changes, until ``child`` exits."""
-    while child.poll() is None:
-        time.sleep(POLL_SECONDS)
-        try:
-            now = nh.read_generation(state)
-            if now == seen:
-                continue
-            facts = nh.read_facts(state)
-            if now[0] != seen[0]:  # a new state file: containers started from now get it
-                nh.link_state(host, facts, state)
-            if nh.sync_capabilities(host, facts, functools.partial(unchanged, state, facts)):
-                print(f"fakegpu pluginhost: MIG capability files now "
-                      f"{sorted(nh.capability_files(facts))}", flush=True)
-            seen = (now[0], facts.generation)
-        except (OSError, FakegpuError) as err:
-            # Re-rendered or busy: the next poll reads it again.
-            print(f"fakegpu pluginhost: state not read ({err}); retrying", flush=True)
-    return int(child.returncode)
+    nh.follow(host, state, seen, lambda: child.poll() is None,
+              lambda text: print(f"fakegpu pluginhost: {text}", flush=True), POLL_SECONDS)
+    return int(child.wait())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

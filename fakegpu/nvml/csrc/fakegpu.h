@@ -64,7 +64,8 @@ int fg_dyn_ok(const struct fgs_gpu_static *s, const struct fgs_gpu_dynamic *d);
 
 nvmlReturn_t fg_store_open(void);           /* maps FAKEGPU_NVML_STATE; validates */
 /* The state's name among the driver's files a container is given (store.c), and whether the
- * open store came from there (no FAKEGPU_NVML_STATE: a container NVIDIA's plugin prepared). */
+ * open store came from there at the root (no FAKEGPU_NVML_STATE: a container NVIDIA's plugin
+ * prepared; not when found beside the library in its driver root). */
 #define FG_FIRMWARE_STATE_GLOB "/lib/firmware/nvidia/*/gsp_fakegpu_nvml_state.bin"
 extern int fg_store_from_driver_files;
 void fg_store_close(void);                  /* only with no call in flight */

@@ -11,6 +11,7 @@
  * else answers NVML_ERROR_GPU_IS_LOST until nvmlShutdown + nvmlInit. Old mappings stay mapped
  * until the final nvmlShutdown, so a call still reading one never faults. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -447,20 +448,40 @@ static void events_body(void *arg)
 
 /* ---- the current mapping of an initialised client ---- */
 
-/* Where the node's state is when no variable names it: inside a container that NVIDIA's
- * plugin prepared. Its container toolkit mounts the driver's GSP firmware
- * (lib/firmware/nvidia/<version>/gsp*.bin under the driver root) into every GPU container,
- * so the NVIDIA host (node/nvidiahost.py) links the state there: the fake GPUs'
- * "firmware" carries what the fake driver knows. */
-static const char *driver_files_state(char *out, size_t n)
+/* Where the node's state is when no variable names it, among the driver's GSP firmware files
+ * (lib/firmware/nvidia/<version>/gsp*.bin under the driver root), where the NVIDIA host
+ * (node/nvidiahost.py) links it: the fake GPUs' "firmware" carries what the fake driver knows.
+ * Two places: at the root (a container NVIDIA's plugin prepared: its container toolkit mounts
+ * those files into every GPU container, and *in_container says so: such a process is shown
+ * the GPUs whose device nodes it has), and beside this library in its driver root (a
+ * third-party plugin that loads libnvidia-ml from the driver root it was pointed at, wherever
+ * that root is mounted: usr/lib64/ is two levels below it; it sees every GPU, as a plugin
+ * given the host's devices does). */
+static const char *first_match(const char *pattern, char *out, size_t n)
 {
     glob_t g;
     const char *found = NULL;
-    if (glob(FG_FIRMWARE_STATE_GLOB, 0, NULL, &g) == 0 && g.gl_pathc > 0 &&
+    if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0 &&
         snprintf(out, n, "%s", g.gl_pathv[0]) < (int)n)
         found = out;
     globfree(&g);
     return found;
+}
+
+static const char *driver_files_state(char *out, size_t n, int *in_container)
+{
+    const char *found = first_match(FG_FIRMWARE_STATE_GLOB, out, n);
+    Dl_info self;
+    *in_container = found != NULL;
+    if (found != NULL || dladdr((void *)driver_files_state, &self) == 0 || self.dli_fname == NULL)
+        return found;
+    const char *slash = strrchr(self.dli_fname, '/');
+    if (slash == NULL) return NULL;
+    char pattern[PATH_MAX];
+    if (snprintf(pattern, sizeof(pattern), "%.*s/../..%s", (int)(slash - self.dli_fname),
+                 self.dli_fname, FG_FIRMWARE_STATE_GLOB) >= (int)sizeof(pattern))
+        return NULL;
+    return first_match(pattern, out, n);
 }
 
 int fg_store_from_driver_files;
@@ -471,13 +492,12 @@ nvmlReturn_t fg_store_open(void)
     const char *path = getenv("FAKEGPU_NVML_STATE");
     fg_store_from_driver_files = 0;
     if (path == NULL || path[0] == '\0') {
-        path = driver_files_state(found, sizeof(found));
+        path = driver_files_state(found, sizeof(found), &fg_store_from_driver_files);
         if (path == NULL) {
-            fg_debug("FAKEGPU_NVML_STATE is not set and no %s: no fake GPUs on this node",
-                     FG_FIRMWARE_STATE_GLOB);
+            fg_debug("FAKEGPU_NVML_STATE is not set and no %s, at the root or in this "
+                     "library's driver root: no fake GPUs on this node", FG_FIRMWARE_STATE_GLOB);
             return NVML_ERROR_DRIVER_NOT_LOADED;
         }
-        fg_store_from_driver_files = 1;
     }
     struct fg_map *m;
     char *copy;
