@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from fakegpu import drivers
+from fakegpu.cluster import driverchart
+from fakegpu.cluster.driverchart import DRIVER_ROOT
 from fakegpu.errors import EXIT_INVALID, FakegpuError, InvalidInput
 from fakegpu.topology.packaged import default_topology
 
@@ -165,9 +167,20 @@ def _plugin_options(up: argparse.ArgumentParser) -> None:
                    help="an environment variable for the plugin (repeatable)")
     g.add_argument("--plugin-driver", default=None, metavar="NAME",
                    help="the DRA driver name it publishes (default: the preset's, else the "
-                        "cluster's --driver)")
+                        "cluster's --driver; required with --plugin-chart)")
     g.add_argument("--plugin-beside", action="store_true",
                    help="run it beside fakegpu's plugin instead of in its place")
+    c = up.add_argument_group(
+        "another vendor's driver as it ships, a Helm chart (kind provider; docs/vendors.md)")
+    c.add_argument("--plugin-chart", default=None, metavar="PATH|OCI",
+                   help="install this chart unchanged over fake GPU nodes instead of fakegpu's "
+                        "driver; its driver root is " + DRIVER_ROOT + " on every node "
+                        "(needs --plugin-driver)")
+    c.add_argument("--plugin-values", action="append", type=Path, default=[], metavar="FILE",
+                   help="a values file for that chart (repeatable, applied in order)")
+    c.add_argument("--plugin-image", action="append", default=[], metavar="IMAGE",
+                   help="a local Docker image the chart runs, loaded into every node "
+                        "(repeatable)")
 
 
 def _add_binaries_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -199,7 +212,16 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     image aliases, NIC driver."""
     return {"driver": getattr(args, "driver", drivers.DEFAULT_KEY), "plugin": _external(args),
             "image_aliases": tuple(getattr(args, "image_alias", None) or ()),
-            "nic_driver": getattr(args, "nic_driver", drivers.NIC_DEFAULT_KEY)}
+            "nic_driver": getattr(args, "nic_driver", drivers.NIC_DEFAULT_KEY),
+            "chart": _chart(args)}
+
+
+def _chart(args: argparse.Namespace) -> Any:
+    """``--plugin-chart`` and friends as a DriverChart (None without --plugin-chart)."""
+    if getattr(args, "plugin_chart", None) is None:
+        return None
+    return driverchart.parse(args.plugin_chart, driver=args.plugin_driver,
+                             values=args.plugin_values, images=args.plugin_image)
 
 
 def _external(args: argparse.Namespace) -> Any:

@@ -35,6 +35,7 @@ from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.topology.load import load_topology
 
 if TYPE_CHECKING:
+    from fakegpu.cluster.driverchart import DriverChart
     from fakegpu.cluster.external import ExternalPlugin
     from fakegpu.cluster.upgrade import Target
 
@@ -60,7 +61,8 @@ class Progress:
 def load_spec(name: str, topology: Path, k8s_version: str | None, *,
               driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
               image_aliases: Sequence[str] = (),
-              nic_driver: str = drivers.NIC_DEFAULT_KEY) -> ClusterSpec:
+              nic_driver: str = drivers.NIC_DEFAULT_KEY,
+              chart: DriverChart | None = None) -> ClusterSpec:
     """Validate what ``up`` was asked for; every problem is InvalidInput naming the input."""
     from fakegpu.cluster import driver_name
     from fakegpu.cluster.artifacts import binaries
@@ -75,6 +77,11 @@ def load_spec(name: str, topology: Path, k8s_version: str | None, *,
         raise InvalidInput(f"--plugin-beside: that plugin publishes {dra_driver}, as fakegpu's "
                            "plugin does on this cluster; give it another --plugin-driver or "
                            "run it in fakegpu's place")
+    if chart is not None and plugin is not None:
+        raise InvalidInput("--plugin-chart and --plugin-bin: give one vendor's driver, as a "
+                           "Helm chart (kind) or as a binary (embedded)")
+    if chart is not None:
+        nic = ""  # the vendor's driver stands alone: fakegpu runs no plugin of its own
     aliases = tuple(imagealiases.normalize_all(image_aliases))
     if not topology.is_file():
         raise InvalidInput(f"topology file not found: {topology}")
@@ -83,7 +90,7 @@ def load_spec(name: str, topology: Path, k8s_version: str | None, *,
         raise InvalidInput(f"{topology}: the topology has no nodes")
     return ClusterSpec(name=name, topology_file=topology.resolve(), topology=topo,
                        k8s_version=binaries.resolve_version(k8s_version), driver=dra_driver,
-                       plugin=plugin, image_aliases=aliases, nic_driver=nic)
+                       plugin=plugin, image_aliases=aliases, nic_driver=nic, chart=chart)
 
 
 class Lifecycle:
@@ -102,9 +109,10 @@ class Lifecycle:
     def up(self, name: str, topology: Path, k8s_version: str | None, *,
            driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
            image_aliases: Sequence[str] = (),
-           nic_driver: str = drivers.NIC_DEFAULT_KEY) -> ClusterInfo:
+           nic_driver: str = drivers.NIC_DEFAULT_KEY,
+           chart: DriverChart | None = None) -> ClusterInfo:
         spec = load_spec(name, topology, k8s_version, driver=driver, plugin=plugin,
-                         image_aliases=image_aliases, nic_driver=nic_driver)
+                         image_aliases=image_aliases, nic_driver=nic_driver, chart=chart)
         if self.provider.exists(name):
             raise InvalidInput(f"cluster {name!r} already exists (or is left over): run "
                                f"`{self.down_command(name)}` first")

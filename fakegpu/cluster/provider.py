@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fakegpu import drivers
 
 if TYPE_CHECKING:
+    from fakegpu.cluster.driverchart import DriverChart
     from fakegpu.cluster.external import ExternalPlugin
     from fakegpu.cluster.upgrade import Target
     from fakegpu.topology.model import Topology
@@ -93,6 +94,7 @@ class ClusterSpec:
     plugin: ExternalPlugin | None = None  # another vendor's plugin (--plugin-bin), embedded
     image_aliases: tuple[str, ...] = ()  # normalized names the workload image also gets
     nic_driver: str = drivers.NIC  # the NIC plugin's driver (drivers.NIC_CHOICES); "": none
+    chart: DriverChart | None = None  # another vendor's driver as a Helm chart (--plugin-chart)
 
 
 @dataclass(frozen=True)
@@ -219,14 +221,15 @@ class Clusters(Protocol):
 
     def up(self, name: str, topology: Path, k8s_version: str | None, *,
            driver: str = "fakegpu", plugin: ExternalPlugin | None = None,
-           image_aliases: Sequence[str] = (), nic_driver: str = drivers.NIC_DEFAULT_KEY
-           ) -> ClusterInfo:
+           image_aliases: Sequence[str] = (), nic_driver: str = drivers.NIC_DEFAULT_KEY,
+           chart: DriverChart | None = None) -> ClusterInfo:
         """Create the cluster; return once every node is Ready and every node's slices exist.
 
         ``driver`` (``fakegpu.cluster.DRIVERS``) is who its plugins are, ``plugin`` another
         vendor's kubelet plugin to run instead of (or beside) fakegpu's, ``image_aliases``
         names the workload image gets too, ``nic_driver`` (a ``drivers.NIC_CHOICES`` key)
-        who its NIC plugin is, or none: all of it goes to the provider in the spec.
+        who its NIC plugin is, or none, ``chart`` another vendor's driver installed by its
+        own Helm chart over fake GPU nodes (kind): all of it goes to the provider in the spec.
 
         A leftover cluster of the same name is an error naming `fakegpu cluster down`.
         On failure, the logs are saved and everything made so far is removed before the error

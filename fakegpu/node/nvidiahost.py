@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -369,14 +370,17 @@ def follow(host: HostDir, state: Path, seen: tuple[int, int], alive: Callable[[]
             facts = read_facts(state)
             if now[0] != seen[0]:
                 link_state(host, facts, state)
-            generation = facts.generation
-            if sync_capabilities(host, facts,
-                                 lambda g=generation: read_generation(state)[1] == g):
+            if sync_capabilities(host, facts, functools.partial(_at, state, facts.generation)):
                 say(f"MIG capability files now {sorted(capability_files(facts))}")
             seen = (now[0], facts.generation)
         except (OSError, FakegpuError) as err:
             # Re-rendered or busy: the next poll reads it again.
             say(f"state not read ({err}); retrying")
+
+
+def _at(state: Path, generation: int) -> bool:
+    """Whether ``state`` is still at ``generation`` (nothing written since it was read)."""
+    return read_generation(state)[1] == generation
 
 
 def sync_capabilities(host: HostDir, facts: HostFacts,

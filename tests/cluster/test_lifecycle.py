@@ -148,6 +148,24 @@ def test_the_nic_driver_key_reaches_the_provider_as_its_name(tmp_path: Path, key
     assert provider.spec is not None and provider.spec.nic_driver == name
 
 
+def test_a_vendor_chart_runs_alone_and_not_beside_a_plugin_binary(tmp_path: Path) -> None:
+    from fakegpu.cluster import driverchart
+    from fakegpu.cluster.external import ExternalPlugin
+    from fakegpu.deploy import chart_dir
+
+    chart = driverchart.parse(str(chart_dir()), driver="gpu.example.com")
+    provider = MemoryProvider(tmp_path)
+    _lifecycle(provider).up("c1", TOPOLOGY, None, chart=chart)
+    # fakegpu runs no plugin of its own beside the vendor's: no NIC plugin either.
+    assert provider.spec is not None and provider.spec.chart == chart
+    assert provider.spec.nic_driver == ""
+    provider = MemoryProvider(tmp_path / "2")
+    with pytest.raises(InvalidInput, match=r"--plugin-chart and --plugin-bin"):
+        _lifecycle(provider).up("c1", TOPOLOGY, None, chart=chart,
+                                plugin=ExternalPlugin(binary=Path("/bin/true")))
+    assert provider.calls == []
+
+
 def test_an_unknown_nic_driver_is_refused_before_the_provider_is_asked(tmp_path: Path) -> None:
     provider = MemoryProvider(tmp_path)
     with pytest.raises(InvalidInput, match=r"--nic-driver: unknown NIC driver choice 'sriov'"):

@@ -142,7 +142,7 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
 def _as_kind_installs_it(helm: Path, minor: int, driver: str, nic_driver: str
                          ) -> list[dict[str, Any]]:
     """The chart's objects besides the plugin pods, as the kind provider installs it."""
-    from fakegpu.cluster.kind.provider import nic_values
+    from fakegpu.cluster.kind.charts import nic_values
     from fakegpu.deploy.manifests import NAMESPACE, RELEASE
 
     cmd = [str(helm), "template", RELEASE, str(CHART), "-n", NAMESPACE,
@@ -455,3 +455,84 @@ def test_the_plugin_writes_only_what_its_node_owns(apiserver: tuple[Path, Path],
         if featuregates.parse_minor(_apiserver_binaries().k8s_version) >= 36:
             refused(objects.replace_namespaced_custom_object_status, "resource.k8s.io", "v1",
                     "default", "resourceclaims", "on-n1", claim)
+
+
+@pytest.mark.parametrize("minor", MINORS)
+def test_fake_nodes_only_lay_down_the_nodes_for_another_driver(helm: Path, minor: int) -> None:
+    """driver.enabled=false with fakeNodes.enabled (the release kind installs first, and what a
+    vendor's chart runs on): the topology and one DaemonSet that builds each node's NVIDIA
+    host, with no API access and no capability beyond MKNOD; none of fakegpu's driver."""
+    from fakegpu.cluster.kind import charts
+
+    docs = render(helm, minor, "--set", "driver.enabled=false", "--set", "fakeNodes.enabled=true")
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet"]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == \
+        charts.HOST_LABEL
+    assert spec["automountServiceAccountToken"] is False
+    (c,) = spec["containers"]
+    assert c["name"] == "host" and c["command"][1:] == ["-m", "fakegpu.node.host"]
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["MKNOD"]}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    # The state where fakegpu's own plugin looks for it (nvmlStateHostPath), below the one
+    # hostPath mounted at its own path (the state is hard-linked into the driver root).
+    (host_root,) = [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v]
+    assert host_root == charts.HOST_ROOT
+    assert env["FAKEGPU_NVML_STATE_DIR"] == f"{host_root}/nvml"
+    assert {m["mountPath"] for m in c["volumeMounts"]} >= {host_root, "/etc/fakegpu"}
+    assert f"--host-dir={host_root}/nvhost" in c["args"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # The default install has no fake-node pods (fakegpu's plugin renders its own state).
+    assert not [d for d in render(helm, minor) if d["metadata"]["name"].endswith("-host")]
+
+
+def test_fake_nodes_refuse_a_state_path_outside_their_host_root(helm: Path) -> None:
+    cmd = [str(helm), "template", "fg", str(CHART), "--kube-version", "1.37.0",
+           "--set-file", f"topology={TOPOLOGY}", "--set", "fakeNodes.enabled=true",
+           "--set", "nvmlStateHostPath=/opt/state",
+           "--api-versions", "resource.k8s.io/v1/DeviceClass"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert out.returncode != 0
+    assert "nvmlStateHostPath /opt/state must lie below fakeNodes.hostRoot" in out.stderr
+
+
+def test_kind_installs_the_nodes_then_fakegpus_driver_or_the_vendors_the_same_way(
+        tmp_path: Path) -> None:
+    """charts.py: one release of fake nodes, then the driver: fakegpu's own chart with the
+    cluster's settings, or a vendor's chart with its values files and images, unchanged."""
+    from fakegpu.cluster import driverchart
+    from fakegpu.cluster.kind import charts
+    from fakegpu.cluster.kind.state import KindState
+
+    st = KindState(name="c", k8s_version="1.37.2", topology="/t.yaml", driver="gpu.fakegpu.dev",
+                   plugin_image="fakegpu.local/fakegpu-plugin:abc", workers=["w"])
+    nodes = charts.nodes_release(st)
+    assert (nodes.name, nodes.namespace) == ("fakegpu-nodes", "fakegpu-system")
+    assert {"driver.enabled=false", "fakeNodes.enabled=true"} <= set(nodes.args)
+    own = charts.driver_release(st)
+    assert (own.name, own.chart, own.images) == ("fakegpu", str(charts.CHART), ())
+    assert "driverName=gpu.fakegpu.dev" in own.args and "fakeNodes.enabled=true" not in own.args
+    values = tmp_path / "v.yaml"
+    values.write_text("x: 1\n")
+    vendor = driverchart.parse(str(CHART), driver="gpu.example.com", values=[values],
+                               images=["example.com/driver:v1"])
+    st = KindState(**{**st.__dict__, "driver": vendor.driver, "chart": vendor.to_json()})
+    theirs = charts.driver_release(st)
+    assert (theirs.name, theirs.namespace) == ("dra-driver", "dra-driver")
+    assert theirs.args == ("-f", str(values)) and theirs.images == ("example.com/driver:v1",)
+    # The fake nodes are the same whoever's driver runs on them.
+    assert charts.nodes_release(st) == nodes
+
+
+def test_the_host_pods_wait_names_the_workers_without_a_ready_one() -> None:
+    from fakegpu.cluster.kind import charts
+
+    def pod(node: str, ready: bool, name: str = charts.HOST_LABEL) -> dict[str, Any]:
+        return {"metadata": {"labels": {"app.kubernetes.io/name": name}},
+                "spec": {"nodeName": node},
+                "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+    pods = [pod("w1", True), pod("w2", False), pod("w3", True, name="fakegpu")]
+    assert charts.hosts_ready(pods, ["w1", "w2", "w3"]) == ["w2", "w3"]

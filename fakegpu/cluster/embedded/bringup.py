@@ -56,6 +56,9 @@ def check_host(spec: ClusterSpec, console: Console) -> None:
     """Refuse at once what this host cannot run; raise the inotify limits it needs."""
     # Simulated nodes run no kubelet: only real ones count against the host's limits.
     name, root, nodes = spec.name, clusters_dir() / spec.name, len(spec.topology.real_nodes)
+    if spec.chart is not None:
+        raise InvalidInput("--plugin-chart installs a Helm chart on fake GPU nodes: kind "
+                           "provider only (on embedded, run your plugin binary: --plugin-bin)")
     if os.geteuid() != 0:
         raise MissingPrerequisite("the embedded cluster needs root (mounts, cgroups, "
                                   "network interfaces): run as root")

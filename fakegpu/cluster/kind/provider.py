@@ -1,14 +1,17 @@
 """The kind provider: the same protocol as the embedded provider, on Docker containers.
 
 A bring-up is an ordered list of actions (Docker, node image, kind cluster, pod network,
-plugin image, Helm chart, readiness) that ``lifecycle.py`` runs, as it runs the embedded
-provider's: validation, progress, logs and cleanup on failure are written there once.
-State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json`` (``state.py``).
+plugin image, fake GPU nodes, the DRA driver, readiness) that ``lifecycle.py`` runs, as it
+runs the embedded provider's: validation, progress, logs and cleanup on failure are written
+there once. State lives in ``paths.cache_dir()/kind/clusters/<name>/state.json``
+(``state.py``).
 
-Work on a node's plugin pod (which one, fakegpu run in it, its NVML state checked) is in
-``pluginpod.py``. Slightly over ~400 lines on purpose: what is left is the protocol and the
-bring-up steps, which share the provider's ``kind`` wrapper and policy; moving the steps out
-would have another module call this one's private methods (what the embedded split removed).
+What runs on the nodes is installed with Helm in ``charts.py`` (fake GPU nodes, then the DRA
+driver: fakegpu's or another vendor's chart); work on a node's fake node pod (which one,
+fakegpu run in it, its NVML state checked) is in ``hostpod.py``. Slightly over ~400 lines
+on purpose: what is left is the protocol and the bring-up steps, which share the provider's
+``kind`` wrapper and policy; moving the steps out would have another module call this one's
+private methods (what the embedded split removed).
 """
 
 from __future__ import annotations
@@ -22,22 +25,22 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from fakegpu.cluster import featuregates, imagealiases, inotify
+from fakegpu.cluster import driverchart, featuregates, imagealiases, inotify
 from fakegpu.cluster.artifacts import images
 from fakegpu.cluster.kind import (
+    charts,
     config,
     dockerhost,
+    hostpod,
     image,
     nodefiles,
     nodeimage,
-    pluginpod,
     tools,
 )
 from fakegpu.cluster.kind.state import KindState, clusters_dir
 from fakegpu.cluster.names import validate_name
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
 from fakegpu.cluster.provider import Action, ClusterInfo, ClusterSpec, NodeInfo, PluginInstances
-from fakegpu.deploy import chart_dir, manifests
 from fakegpu.errors import FakegpuError, InvalidInput, MissingPrerequisite
 from fakegpu.kube import api as kubeapi
 from fakegpu.topology.model import Topology
@@ -46,14 +49,10 @@ if TYPE_CHECKING:
     from fakegpu.cluster.upgrade import Target
 
 NODE_IMAGE_ENV = "FAKEGPU_KIND_NODE_IMAGE"
-CHART = chart_dir()  # the chart in the package (a link to deploy/helm/fakegpu in a checkout)
-# The release the embedded provider renders the chart's shared objects for, too.
-RELEASE = manifests.RELEASE
-NAMESPACE = manifests.NAMESPACE
-# Where each worker carries the tools prepared claims' containers get (chart values
-# nvmlInContainers.*): fakegpu's static nvidia-smi and the fake libnvidia-ml.so.1.
-NODE_TOOLS = {"nvidiaSmi": "/var/lib/fakegpu/bin/nvidia-smi",
-              "library": "/var/lib/fakegpu/lib/libnvidia-ml.so.1"}
+CHART = charts.CHART
+RELEASE = charts.RELEASE
+NAMESPACE = charts.NAMESPACE
+NODE_TOOLS = charts.NODE_TOOLS
 
 
 def choose_node_image(docker: Path, version: str, console: Console) -> str:
@@ -141,8 +140,7 @@ class KindProvider:
 
     def _plugin_image(self, st: KindState, docker: Path) -> None:
         st.plugin_image = image.build(docker, self.console).ref
-        self._kind("load", "docker-image", st.plugin_image, "--name", st.name,
-                   "--nodes", ",".join(st.containers[w] for w in st.workers))
+        self._load_image(st)(st.plugin_image)
         st.save()
 
     def _wait_slices(self, st: KindState, topo: Topology) -> None:
@@ -158,10 +156,10 @@ class KindProvider:
 
     def _nvml_copies(self, st: KindState, topo: Topology) -> None:
         """Render each worker's NVML state on the host too (``NodeInfo.nvml_state``), the same
-        bytes as its plugin pod's (``pluginpod.check_states``)."""
+        bytes as its fake node pod's (``hostpod.check_states``)."""
         from fakegpu.nvml import env as nvml_env
 
-        pluginpod.check_states(st, {
+        hostpod.check_states(st, {
             node: nvml_env.ensure_state(topo, node, self.nvml_state(st, node), fresh=True)
             for node in st.workers})
 
@@ -225,23 +223,21 @@ class KindProvider:
                                     (library_path(), NODE_TOOLS["library"])):
                 run([docker, "cp", "-L", str(host), f"{container}:{node_path}"])
 
-    def _install_chart(self, st: KindState) -> None:
+    def _install_nodes(self, st: KindState) -> None:
         self._node_tools(st)
         helm = tools.executable(tools.helm(), self.console)
-        repo, tag = st.plugin_image.rsplit(":", 1)
-        run([str(helm), "upgrade", "--install", RELEASE, str(CHART), "--kubeconfig",
-             str(st.kubeconfig), "-n", NAMESPACE, "--create-namespace",
-             "--set-file", f"topology={st.topology}", "--set", f"image.repository={repo}",
-             "--set", f"image.tag={tag}", "--set", f"driverName={st.driver}",
-             # The IMEX daemon pods (ComputeDomains) run the workload image every node has.
-             "--set", f"computeDomains.daemonImage={st.workload_image}",
-             "--set", "nvmlInContainers.enabled=true",
-             *nic_values(st.nic_driver),
-             *(a for key, path in NODE_TOOLS.items()
-               for a in ("--set", f"nvmlInContainers.{key}={path}")),
-             "--set-string", f"nodeSelector.{config.WORKER_LABEL.replace('.', chr(92) + '.')}"
-                             "=true"],
-            timeout=300)
+        charts.install(helm, st, charts.nodes_release(st), self._load_image(st))
+        charts.wait_hosts(st, self.policy)
+
+    def _install_driver(self, st: KindState) -> None:
+        helm = tools.executable(tools.helm(), self.console)
+        charts.install(helm, st, charts.driver_release(st), self._load_image(st))
+
+    def _load_image(self, st: KindState) -> Callable[[str], None]:
+        def load(ref: str) -> None:
+            self._kind("load", "docker-image", ref, "--name", st.name,
+                       "--nodes", ",".join(st.containers[w] for w in st.workers))
+        return load
 
     def _all_ready(self, st: KindState) -> bool:
         with kubeapi.session(st.kubeconfig) as api:
@@ -288,7 +284,7 @@ class KindProvider:
             workload_image=st.workload_image, nodes=tuple(nodes), nic_driver=st.nic_driver,
             extra={"phase": st.phase, "node_image": st.node_image,
                    "plugin_image": st.plugin_image, "containers": st.containers,
-                   "dir": str(st.root)})
+                   "dir": str(st.root), "driver_chart": st.chart})
 
     def healthy(self, name: str) -> bool:
         info = self.status(name)
@@ -338,9 +334,9 @@ class KindProvider:
 
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
-        # The node's NVML state lives in its plugin pod: the command runs there.
+        # The node's NVML state lives in its fake node pod: the command runs there.
         st = self._ready_state(name)
-        return pluginpod.run_fakegpu(st, self._worker(st, node), args)
+        return hostpod.run_fakegpu(st, self._worker(st, node), args)
 
     def plugin_instances(self, name: str) -> PluginInstances:
         from fakegpu.cluster.kind import upgrade
@@ -354,7 +350,12 @@ class KindProvider:
                        say: Callable[[str], None] = lambda _line: None) -> list[str]:
         from fakegpu.cluster.kind import upgrade
 
-        return upgrade.upgrade(self, self._ready_state(name), target, say)
+        st = self._ready_state(name)
+        if st.chart is not None:
+            raise InvalidInput(f"cluster {name!r} runs another vendor's chart "
+                               f"({st.chart['chart']}): upgrade it with helm (release "
+                               f"{driverchart.RELEASE} in namespace {driverchart.RELEASE})")
+        return upgrade.upgrade(self, st, target, say)
 
     def upgrade_kubernetes(self, name: str, version: str,
                            say: Callable[[str], None] = lambda _line: None) -> list[str]:
@@ -393,22 +394,17 @@ def _tag_images(st: KindState, names: Sequence[str]) -> None:
                       for node, container in sorted(st.containers.items())])
 
 
-def nic_values(nic_driver: str) -> list[str]:
-    """The chart's settings for the cluster's NIC driver ("" runs none)."""
-    if not nic_driver:
-        return ["--set", "nics.enabled=false"]
-    return ["--set", f"nics.driverName={nic_driver}"]
-
-
 class _Bringup:
     """One kind bring-up: its state (saved first, by the lifecycle) and its actions."""
 
     def __init__(self, provider: KindProvider, spec: ClusterSpec) -> None:
         self.p = provider
         self.state = KindState(name=spec.name, k8s_version=spec.k8s_version,
-                            topology=str(spec.topology_file), driver=spec.driver,
+                            topology=str(spec.topology_file),
+                            driver=spec.chart.driver if spec.chart else spec.driver,
                             workers=[n.name for n in spec.topology.nodes],
-                            nic_driver=spec.nic_driver)
+                            nic_driver=spec.nic_driver,
+                            chart=spec.chart.to_json() if spec.chart else None)
         self.topology = spec.topology
         self.aliases = spec.image_aliases
         self.docker: Path | None = None
@@ -423,7 +419,10 @@ class _Bringup:
                    lambda: p._create_cluster(st)),
             Action("pod network", lambda: p._pod_network(st)),
             Action("plugin image", lambda: p._plugin_image(st, self._docker())),
-            Action("fakegpu chart", lambda: p._install_chart(st)),
+            Action("fake GPU nodes (fakegpu chart)", lambda: p._install_nodes(st)),
+            Action(f"DRA driver {st.driver} ("
+                   f"{'chart ' + str(st.chart['chart']) if st.chart else 'fakegpu chart'})",
+                   lambda: p._install_driver(st)),
             Action("nodes Ready", lambda: wait_until("every node Ready",
                                                      lambda: p._all_ready(st), p.policy)),
             Action("ResourceSlices of every worker",

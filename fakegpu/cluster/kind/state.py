@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fakegpu import drivers, fsutil, paths
+from fakegpu.cluster.driverchart import DriverChart
 from fakegpu.cluster.names import down_command
 from fakegpu.errors import FakegpuError
 
@@ -30,6 +32,11 @@ class KindState:
     workers: list[str] = field(default_factory=list)
     # The NIC plugin's driver name (drivers.NIC_CHOICES): nic.fakegpu.dev, dra.net; "": none.
     nic_driver: str = drivers.NIC
+    # Another vendor's driver as a Helm chart (DriverChart.to_json), in fakegpu's place.
+    chart: dict[str, Any] | None = None
+
+    def driver_chart(self) -> DriverChart | None:
+        return None if self.chart is None else DriverChart.from_json(self.chart)
 
     @property
     def root(self) -> Path:

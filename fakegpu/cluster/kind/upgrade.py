@@ -62,7 +62,7 @@ def upgrade(p: KindProvider, st: KindState, target: Target,
         raise InvalidInput("kind upgrades roll the plugin DaemonSet on every node and let "
                            "Kubernetes stop the old pods: a partial rollout (nodes) or a kill "
                            "of the old instance needs the embedded provider")
-    from fakegpu.cluster.kind.provider import CHART, NAMESPACE, RELEASE
+    from fakegpu.cluster.kind.charts import CHART, NAMESPACE, RELEASE
 
     docker = dockerhost.docker_client()
     if docker is None:
@@ -148,7 +148,7 @@ def plugin_instances(st: KindState) -> dict[str, list[dict[str, str]]]:
     the role a test sees: starting, ready, stopping."""
     from kubernetes import client as kclient
 
-    from fakegpu.cluster.kind.provider import NAMESPACE
+    from fakegpu.cluster.kind.charts import NAMESPACE
 
     out: dict[str, list[dict[str, str]]] = {n: [] for n in st.workers}
     with kubeapi.session(st.kubeconfig) as api:

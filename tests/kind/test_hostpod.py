@@ -1,6 +1,7 @@
-"""Which pod `fakegpu fault|smi --cluster C --node N` runs in on kind: the node's running
-plugin pod, the newer one during a rolling update (the one the kubelet uses); and that it and
-the bring-up's NVML state check run there through the API's exec stream. No Docker needed."""
+"""Which pod `fakegpu fault|smi --cluster C --node N` runs in on kind: the node's running fake
+node pod (the chart's fakeNodes DaemonSet, whichever driver runs on the node), the newest
+should two run; and that it and the bring-up's NVML state check run there through the API's
+exec stream. No Docker needed."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any, cast
 
 import pytest
 
-from fakegpu.cluster.kind import pluginpod, provider
-from fakegpu.cluster.kind.pluginpod import STATE_DIR_IN_POD, plugin_pod
+from fakegpu.cluster.kind import hostpod, provider
+from fakegpu.cluster.kind.hostpod import STATE_DIR_IN_POD, host_pod
 from fakegpu.cluster.kind.state import KindState
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
@@ -23,7 +24,7 @@ from fakegpu.topology.model import Topology
 
 
 def pod(name: str, node: str, phase: str = "Running", created: str = "2026-11-30T10:00:00Z",
-        deleting: bool = False, container: str = "plugin") -> dict[str, Any]:
+        deleting: bool = False, container: str = "host") -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-30T11:00:00Z"
@@ -31,23 +32,23 @@ def pod(name: str, node: str, phase: str = "Running", created: str = "2026-11-30
             "status": {"phase": phase}}
 
 
-def test_the_nodes_newest_running_plugin_pod() -> None:
+def test_the_nodes_newest_running_host_pod() -> None:
     pods = [pod("old", "w1"), pod("new", "w1", created="2026-11-30T10:05:00Z"),
             pod("other", "w2", created="2026-11-30T12:00:00Z"),
             pod("starting", "w1", phase="Pending", created="2026-11-30T10:09:00Z")]
-    assert plugin_pod(pods, "w1") == "new"
-    assert plugin_pod(pods, "w2") == "other"
-    assert plugin_pod([pod("going", "w1", deleting=True)], "w1") is None
-    assert plugin_pod(pods, "w3") is None
+    assert host_pod(pods, "w1") == "new"
+    assert host_pod(pods, "w2") == "other"
+    assert host_pod([pod("going", "w1", deleting=True)], "w1") is None
+    assert host_pod(pods, "w3") is None
 
 
-def test_other_pods_of_the_namespace_are_not_the_plugin() -> None:
-    """The compute-domain plugin and the IMEX daemons run in the plugin's namespace too."""
-    pods = [pod("gpu", "w1"),
+def test_other_pods_of_the_namespace_are_not_the_host() -> None:
+    """fakegpu's plugins and the IMEX daemons run in the same namespace."""
+    pods = [pod("host", "w1"), pod("gpu", "w1", container="plugin"),
             pod("cd", "w1", created="2026-11-30T10:05:00Z", container="compute-domain-plugin"),
             pod("imex", "w1", created="2026-11-30T10:06:00Z", container="imex-daemon")]
-    assert plugin_pod(pods, "w1") == "gpu"
-    assert plugin_pod(pods[1:], "w1") is None
+    assert host_pod(pods, "w1") == "host"
+    assert host_pod(pods[1:], "w1") is None
 
 
 # --- the exec itself: through the apiserver's stream, no kubectl process -------------------------
@@ -91,7 +92,7 @@ def _state() -> KindState:
                      driver="gpu.fakegpu.dev", phase="ready", workers=["w1", "w2"])
 
 
-def test_node_nvml_runs_fakegpu_in_the_plugin_container_through_the_api(
+def test_node_nvml_runs_fakegpu_in_the_host_container_through_the_api(
         monkeypatch: pytest.MonkeyPatch, kind_api: list[dict[str, Any]]) -> None:
     kind_api += [pod("p1", "w1"), pod("p2", "w2")]
     exec_ = _Recorder(stdout="GPU 0\n", returncode=3)
@@ -100,27 +101,27 @@ def test_node_nvml_runs_fakegpu_in_the_plugin_container_through_the_api(
     monkeypatch.setattr(kp, "_ready_state", lambda _name: _state())
     res = kp.node_nvml("c1", "w2", ["smi", "-L"])
     [call] = exec_.calls
-    assert call["namespace"] == pluginpod.NAMESPACE and call["pod"] == "p2"
-    assert call["container"] == "plugin" and call["check"] is False
+    assert call["namespace"] == hostpod.NAMESPACE and call["pod"] == "p2"
+    assert call["container"] == "host" and call["check"] is False
     assert call["command"] == ["/opt/fakegpu/bin/python", "-m", "fakegpu", "smi", "-L",
                                "--state", f"{STATE_DIR_IN_POD}/w2.state"]
     # The command's own output and exit code, as a local run would give them.
     assert (res.returncode, res.stdout, res.stderr) == (3, "GPU 0\n", "err")
 
 
-def test_node_nvml_without_a_running_plugin_pod_is_one_line(
+def test_node_nvml_without_a_running_host_pod_is_one_line(
         monkeypatch: pytest.MonkeyPatch, kind_api: list[dict[str, Any]]) -> None:
     kind_api.append(pod("p1", "w1", phase="Pending"))
     monkeypatch.setattr(kpods, "exec_", _Recorder())
     kp = provider.KindProvider()
     monkeypatch.setattr(kp, "_ready_state", lambda _name: _state())
     with pytest.raises(FakegpuError, match=r"^node 'w1' of cluster 'c1' has no running "
-                                           r"plugin pod \(namespace .+\)$"):
+                                           r"fake node pod \(namespace .+\)$"):
         kp.node_nvml("c1", "w1", ["smi"])
 
 
 @pytest.mark.parametrize("same", [True, False], ids=["same", "differs"])
-def test_the_nvml_state_check_hashes_the_file_in_each_plugin_pod(
+def test_the_nvml_state_check_hashes_the_file_in_each_host_pod(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind_api: list[dict[str, Any]],
         same: bool) -> None:
     from fakegpu.nvml import env as nvml_env
@@ -138,9 +139,9 @@ def test_the_nvml_state_check_hashes_the_file_in_each_plugin_pod(
     if same:
         kp._nvml_copies(_state(), cast(Topology, None))
     else:
-        with pytest.raises(FakegpuError, match=r"^node w1: the plugin pod's NVML state differs"):
+        with pytest.raises(FakegpuError, match=r"^node w1: the fake node pod's NVML state differs"):
             kp._nvml_copies(_state(), cast(Topology, None))
     assert [(c["pod"], c["container"], c["command"]) for c in exec_.calls] == [
-        ("p1", "plugin", ["sha256sum", f"{STATE_DIR_IN_POD}/w1.state"]),
-        ("p2", "plugin", ["sha256sum", f"{STATE_DIR_IN_POD}/w2.state"]),
+        ("p1", "host", ["sha256sum", f"{STATE_DIR_IN_POD}/w1.state"]),
+        ("p2", "host", ["sha256sum", f"{STATE_DIR_IN_POD}/w2.state"]),
     ][:2 if same else 1]
