@@ -188,6 +188,18 @@ def test_cluster_up_with_a_vendor_plugin(tmp_path: Path) -> None:
                       "--plugin-arg=--kubeconfig={kubeconfig}", "--plugin-arg=-v=4"]]
 
 
+def test_cluster_up_with_a_vendor_chart_on_kind(tmp_path: Path) -> None:
+    calls, _ = _run_step("up", tmp_path, {
+        "provider": "kind", "plugin-chart": "deploy/chart", "plugin-driver": "gpu.example.com",
+        "plugin-values": "ci/values.yaml\n\nci/more.yaml\n",
+        "plugin-images": "example.com/driver:v1\n"})
+    assert calls == [["cluster", "up", "--cluster", "fakegpu", "--provider", "kind",
+                      "--driver", "fakegpu", "--plugin-driver", "gpu.example.com",
+                      "--plugin-chart", "deploy/chart", "--plugin-values", "ci/values.yaml",
+                      "--plugin-values", "ci/more.yaml", "--plugin-image",
+                      "example.com/driver:v1"]]
+
+
 def test_binaries_fill_the_cache_for_the_version_asked(tmp_path: Path) -> None:
     calls, _ = _run_step("binaries", tmp_path, {})
     assert calls == [["cluster", "binaries"]]

@@ -1,7 +1,7 @@
 """A running cluster's node NVML, by cluster and node name: faults and ``smi`` on any provider.
 
 Users name a cluster and a node; where that node's NVML state file lives (a host file on the
-embedded provider, a file inside the node's plugin pod on kind) is the provider's business
+embedded provider, a file its fake node pod keeps on kind) is the provider's business
 (``Provider.node_nvml``). The cluster is looked up among the providers unless one is named.
 """
 

@@ -205,7 +205,7 @@ class Provider(Protocol):
         """Run ``fakegpu <args> --state <node's NVML state>`` where that state lives.
 
         The state the node's plugin and pods really use: a file on this host (embedded), the
-        file inside the node's plugin pod (kind). Output and exit code are the command's; a
+        file its fake node pod keeps (kind). Output and exit code are the command's; a
         cluster or node that has none is InvalidInput.
         """
         ...
