@@ -102,6 +102,11 @@ def test_a_node_host_gives_a_driver_that_knows_nothing_of_fakegpu_its_gpus(
         seen = _pynvml(LIST, LD_LIBRARY_PATH=str(driver_root / "usr" / "lib64"))
         assert isinstance(seen, dict)
         assert seen["driver"] == "580.95.05" and len(seen["gpus"]) == 4
+        # So does the driver root's nvidia-smi (static: the NVML code is in the program), as
+        # NVIDIA's plugin's init container runs it to check the driver (env -i).
+        smi = subprocess.run([str(driver_root / "usr" / "bin" / "nvidia-smi"), "-L"], env={},
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert smi.returncode == 0 and smi.stdout.count("GPU ") == 4, smi.stdout + smi.stderr
         # The same GPUs as the rendered state shows through fakegpu's own variable.
         state = root / "nvml" / f"{NODE}.state"
         from fakegpu.nvml import env as nvml_env

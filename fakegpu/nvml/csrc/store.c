@@ -454,9 +454,9 @@ static void events_body(void *arg)
  * Two places: at the root (a container NVIDIA's plugin prepared: its container toolkit mounts
  * those files into every GPU container, and *in_container says so: such a process is shown
  * the GPUs whose device nodes it has), and beside this library in its driver root (a
- * third-party plugin that loads libnvidia-ml from the driver root it was pointed at, wherever
- * that root is mounted: usr/lib64/ is two levels below it; it sees every GPU, as a plugin
- * given the host's devices does). */
+ * third-party plugin that loads libnvidia-ml from the driver root it was pointed at, or runs
+ * its static nvidia-smi, wherever that root is mounted: usr/lib64/ and usr/bin/ are two
+ * levels below it; it sees every GPU, as a plugin given the host's devices does). */
 static const char *first_match(const char *pattern, char *out, size_t n)
 {
     glob_t g;
@@ -471,15 +471,26 @@ static const char *first_match(const char *pattern, char *out, size_t n)
 static const char *driver_files_state(char *out, size_t n, int *in_container)
 {
     const char *found = first_match(FG_FIRMWARE_STATE_GLOB, out, n);
-    Dl_info self;
     *in_container = found != NULL;
-    if (found != NULL || dladdr((void *)driver_files_state, &self) == 0 || self.dli_fname == NULL)
-        return found;
-    const char *slash = strrchr(self.dli_fname, '/');
-    if (slash == NULL) return NULL;
+    if (found != NULL) return found;
+    /* This code's file: the library, or the program it is linked into (the static
+     * nvidia-smi in usr/bin/, where dladdr knows no file name). */
+    Dl_info self;
+    char exe[PATH_MAX];
+    const char *file = NULL;
+    if (dladdr((void *)driver_files_state, &self) != 0 && self.dli_fname != NULL &&
+        strchr(self.dli_fname, '/') != NULL) {
+        file = self.dli_fname;
+    } else {
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (len <= 0) return NULL;
+        exe[len] = '\0';
+        file = exe;
+    }
+    const char *slash = strrchr(file, '/');
     char pattern[PATH_MAX];
-    if (snprintf(pattern, sizeof(pattern), "%.*s/../..%s", (int)(slash - self.dli_fname),
-                 self.dli_fname, FG_FIRMWARE_STATE_GLOB) >= (int)sizeof(pattern))
+    if (snprintf(pattern, sizeof(pattern), "%.*s/../..%s", (int)(slash - file), file,
+                 FG_FIRMWARE_STATE_GLOB) >= (int)sizeof(pattern))
         return NULL;
     return first_match(pattern, out, n);
 }
