@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -110,6 +111,9 @@ def test_slices_owned_by_node(target: Target, rapi: ResourceApi,
             f"slice {s['metadata']['name']} of node {node} has Node owners {owners}")
 
 
+CONFLICT_TRIES = 5
+
+
 def _as_driver(target: Target, account: str, node: str) -> Any:
     """A client acting as the driver's service account with a token bound to ``node`` (what
     the kubelet plugin on that node holds), by impersonation."""
@@ -121,19 +125,26 @@ def _as_driver(target: Target, account: str, node: str) -> Any:
     return api
 
 
-def _dry_run_label(api: Any, version: str, slice_name: str) -> KubeError | None:
-    """Label the slice in a server-side dry run (admission runs, nothing is stored); the
-    refusal, if any."""
+def _dry_run_update(api: Any, rapi: ResourceApi, name: str) -> KubeError | None:
+    """Replace slice ``name`` with itself plus a label in a server-side dry run (admission
+    runs, nothing is stored); the refusal, if any. An update, the verb a kubelet plugin
+    publishes with (the upstream resourceslice controller creates, updates and deletes; it
+    never patches), so a driver granted only what it uses is judged by what it does. The slice
+    is read afresh for each try: a plugin republishing meanwhile makes a try a conflict."""
     objects = kclient.CustomObjectsApi(api)
-    try:
-        errors.call(f"cannot label ResourceSlice {slice_name}", lambda: objects
-                    .patch_cluster_custom_object(
-                        GROUP, version, "resourceslices", slice_name,
-                        {"metadata": {"labels": {"conformance.fakegpu.dev/probe": "write"}}},
-                        dry_run="All", _content_type="application/merge-patch+json"))
-    except KubeError as err:
-        return err
-    return None
+    for _ in range(CONFLICT_TRIES):
+        body = rapi.get("resourceslices", name)
+        body["metadata"].setdefault("labels", {})["conformance.fakegpu.dev/probe"] = "write"
+        replace = functools.partial(objects.replace_cluster_custom_object, GROUP, rapi.version,
+                                    "resourceslices", name, body, dry_run="All")
+        try:
+            errors.call(f"cannot update ResourceSlice {name}", replace)
+        except KubeError as err:
+            if err.status == 409:
+                continue
+            return err
+        return None
+    raise AssertionError(f"ResourceSlice {name} changed under each of {CONFLICT_TRIES} tries")
 
 
 def test_slices_written_only_by_own_node(target: Target, rapi: ResourceApi,
@@ -150,19 +161,19 @@ def test_slices_written_only_by_own_node(target: Target, rapi: ResourceApi,
         pytest.skip("not applicable: the cluster has one node, no other node's slice exists")
     api = _as_driver(target, account, node)
     try:
-        refused = _dry_run_label(api, rapi.version, own)
+        refused = _dry_run_update(api, rapi, own)
         assert refused is None, (f"{account} bound to node {node} may not update its own "
                                  f"slice {own}: {refused}")
         # Another node's slice: one it publishes, or (a single node with slices) the same
         # write from a token bound to another node.
         foreign = by_node.get(other_node)
         if foreign is not None:
-            refused = _dry_run_label(api, rapi.version, foreign)
+            refused = _dry_run_update(api, rapi, foreign)
             what = f"slice {foreign} of node {other_node}"
         else:
             api.close()
             api = _as_driver(target, account, other_node)
-            refused = _dry_run_label(api, rapi.version, own)
+            refused = _dry_run_update(api, rapi, own)
             what = f"slice {own} of node {node} (as node {other_node})"
         assert refused is not None, f"{account} bound to node {node} may write {what}"
         assert refused.status in (403, 422), (
