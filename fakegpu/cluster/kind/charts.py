@@ -6,11 +6,11 @@ Every kind cluster gets two releases, in this order:
    on every worker a pod renders the node's NVML state and builds the NVIDIA host a driver
    expects (``fakegpu/node/host.py``); faults are injected there (``hostpod.py``). The install
    waits until each worker's pod is Ready (its host built).
-2. the DRA driver, the same way whoever made it (``install_driver``): fakegpu's own (release
-   ``fakegpu``: its chart, its image, values from the cluster's settings) or another vendor's
-   (``--plugin-chart``: release ``dra-driver`` in namespace ``dra-driver``, the vendor's
-   values files, its images loaded into the workers first). Either finds the node's state
-   where step 1 left it.
+2. the DRA driver, the same way whoever made it (``driver_release``, then ``install``):
+   fakegpu's own (release ``fakegpu``: its chart, its image, values from the cluster's
+   settings) or another vendor's (``--plugin-chart``: release ``dra-driver`` in namespace
+   ``dra-driver``, the vendor's values files, its images loaded into the workers first).
+   Either finds the node's state where step 1 left it.
 """
 
 from __future__ import annotations
