@@ -462,17 +462,16 @@ def test_fake_nodes_only_lay_down_the_nodes_for_another_driver(helm: Path, minor
     """driver.enabled=false with fakeNodes.enabled (the release kind installs first, and what a
     vendor's chart runs on): the topology and one DaemonSet that builds each node's NVIDIA
     host, with no API access and no capability beyond MKNOD; none of fakegpu's driver."""
-    from fakegpu.cluster.kind import charts
+    from fakegpu.cluster.kind import charts, hostpod
 
     docs = render(helm, minor, "--set", "driver.enabled=false", "--set", "fakeNodes.enabled=true")
     assert sorted(d["kind"] for d in docs) == ["ConfigMap", "DaemonSet"]
     [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
-    assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == \
-        charts.HOST_LABEL
     assert spec["automountServiceAccountToken"] is False
     (c,) = spec["containers"]
-    assert c["name"] == "host" and c["command"][1:] == ["-m", "fakegpu.node.host"]
+    # The container's name is how kind finds these pods (hostpod.is_host).
+    assert c["name"] == hostpod.CONTAINER and c["command"][1:] == ["-m", "fakegpu.node.host"]
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["MKNOD"]}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     env = {e["name"]: e.get("value") for e in c["env"]}
@@ -527,12 +526,11 @@ def test_kind_installs_the_nodes_then_fakegpus_driver_or_the_vendors_the_same_wa
 
 
 def test_the_host_pods_wait_names_the_workers_without_a_ready_one() -> None:
-    from fakegpu.cluster.kind import charts
+    from fakegpu.cluster.kind import charts, hostpod
 
-    def pod(node: str, ready: bool, name: str = charts.HOST_LABEL) -> dict[str, Any]:
-        return {"metadata": {"labels": {"app.kubernetes.io/name": name}},
-                "spec": {"nodeName": node},
+    def pod(node: str, ready: bool, container: str = hostpod.CONTAINER) -> dict[str, Any]:
+        return {"metadata": {}, "spec": {"nodeName": node, "containers": [{"name": container}]},
                 "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
 
-    pods = [pod("w1", True), pod("w2", False), pod("w3", True, name="fakegpu")]
+    pods = [pod("w1", True), pod("w2", False), pod("w3", True, container="plugin")]
     assert charts.hosts_ready(pods, ["w1", "w2", "w3"]) == ["w2", "w3"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.cluster.driverchart import HOST_ROOT
-from fakegpu.cluster.kind import config
+from fakegpu.cluster.kind import config, hostpod
 from fakegpu.cluster.kind.state import KindState
 from fakegpu.cluster.process import WaitPolicy, run, wait_until
 from fakegpu.deploy import chart_dir, manifests
@@ -31,7 +31,6 @@ CHART = chart_dir()  # the chart in the package (a link to deploy/helm/fakegpu i
 RELEASE = manifests.RELEASE  # fakegpu's driver; the embedded provider renders its objects too
 NAMESPACE = manifests.NAMESPACE
 NODES_RELEASE = "fakegpu-nodes"
-HOST_LABEL = "fakegpu-host"  # the fake node pods' app.kubernetes.io/name (templates/fake-nodes)
 # Where each worker carries the tools prepared claims' containers get (chart values
 # nvmlInContainers.*): fakegpu's static nvidia-smi and the fake libnvidia-ml.so.1.
 NODE_TOOLS = {"nvidiaSmi": f"{HOST_ROOT}/bin/nvidia-smi",
@@ -102,9 +101,7 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 def hosts_ready(pods: Sequence[dict[str, Any]], workers: Sequence[str]) -> list[str]:
     """The workers whose fake node pod is not Ready yet (empty: all are). Pure."""
-    ready = {p["spec"].get("nodeName") for p in pods
-             if (p["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == HOST_LABEL
-             and not p["metadata"].get("deletionTimestamp") and _ready(p)}
+    ready = {p["spec"].get("nodeName") for p in pods if hostpod.is_host(p) and _ready(p)}
     return [w for w in workers if w not in ready]
 
 

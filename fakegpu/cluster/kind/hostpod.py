@@ -27,14 +27,18 @@ CONTAINER = "host"
 EXEC_TIMEOUT_S = 120.0
 
 
+def is_host(pod: Mapping[str, Any]) -> bool:
+    """Whether ``pod`` is a fake node pod that is not going away (its container is ``host``)."""
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c.get("name") == CONTAINER for c in pod["spec"].get("containers") or [])
+
+
 def host_pod(pods: Sequence[dict[str, Any]], node: str) -> str | None:
     """The name of ``node``'s running fake node pod (the newest, should a changed topology
     roll them). Pure. Other pods of the namespace (fakegpu's plugins, IMEX daemons) have no
     container named ``host``."""
     running = [p for p in pods if p["spec"].get("nodeName") == node
-               and p["status"].get("phase") == "Running"
-               and not p["metadata"].get("deletionTimestamp")
-               and any(c.get("name") == CONTAINER for c in p["spec"].get("containers") or [])]
+               and p["status"].get("phase") == "Running" and is_host(p)]
     if not running:
         return None
     return str(max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "")
