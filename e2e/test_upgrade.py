@@ -114,8 +114,8 @@ def assert_no_pod_failed(report: LoadReport) -> None:
 def assert_rate(report: LoadReport, load: PodLoad, nodes: Sequence[str]) -> None:
     assert not load.create_errors, f"pod creation failed: {load.create_errors[:5]}"
     per_node = report.rate_per_node()
-    # The creator keeps a fixed schedule (it catches up after a slow API call): at most the
-    # tick in flight when it stopped is missing.
+    # The load is open-loop (each tick's create in a thread of its own, on the clock's
+    # schedule): every tick due before it stopped made a pod, however slow the API server.
     want = int(report.duration_s * RATE)
     counts = {n: sum(1 for p in report.pods if p.node == n) for n in nodes}
     assert min(counts.values()) >= want, (f"load below {RATE}/s per node over "

@@ -30,7 +30,6 @@ from typing import Any
 from kubernetes import client as kclient
 
 from fakegpu.kube import errors
-from fakegpu.kube.errors import KubeError
 
 from .dra import PodClaim, ResourceApi, pod_manifest
 from .k8s import create_pod
@@ -41,6 +40,7 @@ TEMPLATE = "load-gpu"
 # Warning events the kubelet and scheduler give a pod whose start failed for now; recorded,
 # and they count as failures only if the pod never starts.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+IN_FLIGHT = 8  # creates per node waiting on the API server at once
 
 
 @dataclass
@@ -109,11 +109,16 @@ class PodLoad:
         self._lock = threading.Lock()
         self._stop_creating = threading.Event()
         self._stop_observing = threading.Event()
-        # One creator per node: a slow create on a loaded API server delays that node's next
-        # pod only, never every node's (one loop for all made 4 nodes x 1/s into 0.5/s each).
+        # One scheduler per node, and each pod's create in a thread of its own: the load is
+        # open-loop, its ticks due on the clock whatever the API server's latency. A create
+        # that waited for the one before it let a loaded API server (1-2 s a create while
+        # other suites ran beside this one) pace the load below its rate: 60 pods in 64 s.
+        # At most IN_FLIGHT creates per node wait at once; past that the schedule does slip.
         self._creators = [threading.Thread(target=self._create_loop, args=(node,),
                                            name=f"load-create-{node}", daemon=True)
                           for node in self.nodes]
+        self._in_flight = {node: threading.BoundedSemaphore(IN_FLIGHT) for node in self.nodes}
+        self._creates: list[threading.Thread] = []
         self._observer = threading.Thread(target=self._observe_loop, name="load-observe",
                                           daemon=True)
         self._threads: list[threading.Thread] = []  # once started
@@ -146,6 +151,8 @@ class PodLoad:
         self._stop_creating.set()
         for t in self._creators:
             t.join()
+        for t in list(self._creates):  # those the schedule started before it stopped
+            t.join()
         deadline = time.monotonic() + settle_timeout
         while time.monotonic() < deadline:
             with self._lock:
@@ -175,22 +182,31 @@ class PodLoad:
     def _create_loop(self, node: str) -> None:
         interval = 1.0 / self.rate
         for tick in itertools.count():
-            due = tick * interval
-            delay = due - self.now()
+            delay = tick * interval - self.now()
             if delay > 0 and self._stop_creating.wait(delay):
                 return
             if self._stop_creating.is_set():
                 return
+            self._in_flight[node].acquire()
             name = f"load-{node}-{tick}"[:63].rstrip("-.")
-            created = self.now()
-            try:
-                create_pod(self.core, self.namespace, self._manifest(name, node))
-            except KubeError as err:
-                with self._lock:
-                    self.create_errors.append(f"{name}: {err}")
-                continue
+            t = threading.Thread(target=self._create_one, args=(name, node), daemon=True,
+                                 name=f"load-create-{name}")
             with self._lock:
-                self.records[name] = PodRecord(name, node, created)
+                self._creates.append(t)
+            t.start()
+
+    def _create_one(self, name: str, node: str) -> None:
+        created = self.now()
+        try:
+            create_pod(self.core, self.namespace, self._manifest(name, node))
+        except Exception as err:  # any failure of a thread must reach the report
+            with self._lock:
+                self.create_errors.append(f"{name}: {err}")
+            return
+        finally:
+            self._in_flight[node].release()
+        with self._lock:
+            self.records[name] = PodRecord(name, node, created)
 
     # --- observing ------------------------------------------------------------------------------
 

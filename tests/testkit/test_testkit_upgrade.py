@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
+import pytest
 from kubernetes import client as kclient
 
 from fakegpu.testkit.load import LoadReport, PodLoad, PodRecord
@@ -62,3 +65,33 @@ def test_a_pod_record_follows_what_the_api_shows() -> None:
     bad = PodRecord("p", "n0", 0.0)
     load._update(bad, pod("Failed", exit_code=3), {}, 3.0)
     assert bad.failed == 3.0 and bad.failure.startswith("exit 3")
+
+
+def test_the_load_keeps_its_rate_when_each_create_is_slow(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Open loop: a create that takes six intervals must not pace the next pod (a loaded API
+    # server did, and the upgrade suite saw 60 pods in 64 s). Only the create is replaced.
+    import fakegpu.testkit.load as load_mod
+
+    def slow_create(core: object, namespace: str, manifest: object) -> None:
+        time.sleep(0.3)
+
+    monkeypatch.setattr(load_mod, "create_pod", slow_create)
+    load = PodLoad.__new__(PodLoad)
+    load.rate, load.nodes = 20.0, ["n0"]
+    load.core = kclient.CoreV1Api.__new__(kclient.CoreV1Api)  # never called: create is replaced
+    load.namespace, load.image, load.command = "ns", "img", ["true"]
+    load.records, load.create_errors, load._creates = {}, [], []
+    load._lock, load._stop_creating = threading.Lock(), threading.Event()
+    load._in_flight = {"n0": threading.BoundedSemaphore(load_mod.IN_FLIGHT)}
+    load._t0 = time.monotonic()
+    creator = threading.Thread(target=load._create_loop, args=("n0",))
+    creator.start()
+    time.sleep(1.0)
+    load._stop_creating.set()
+    creator.join()
+    for t in load._creates:
+        t.join()
+    # 21 ticks were due; one create after the other would have made 4.
+    assert len(load.records) >= 15, (sorted(load.records), load.create_errors[:3])
+    assert not load.create_errors
