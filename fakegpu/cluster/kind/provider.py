@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from fakegpu.cluster import driverchart, featuregates, imagealiases, inotify
+from fakegpu.cluster import featuregates, imagealiases, inotify
 from fakegpu.cluster.artifacts import images
 from fakegpu.cluster.kind import (
     charts,
@@ -351,10 +351,11 @@ class KindProvider:
         from fakegpu.cluster.kind import upgrade
 
         st = self._ready_state(name)
-        if st.chart is not None:
+        chart = st.driver_chart()
+        if chart is not None:
             raise InvalidInput(f"cluster {name!r} runs another vendor's chart "
-                               f"({st.chart['chart']}): upgrade it with helm (release "
-                               f"{driverchart.RELEASE} in namespace {driverchart.RELEASE})")
+                               f"({chart.chart}): upgrade it with helm (release "
+                               f"{chart.release} in namespace {chart.namespace})")
         return upgrade.upgrade(self, st, target, say)
 
     def upgrade_kubernetes(self, name: str, version: str,
@@ -411,6 +412,7 @@ class _Bringup:
 
     def actions(self) -> Sequence[Action]:
         p, st = self.p, self.state
+        chart = st.driver_chart()
         return [
             Action("Docker", self._host),
             Action(f"kind node image (Kubernetes {st.k8s_version})",
@@ -420,8 +422,8 @@ class _Bringup:
             Action("pod network", lambda: p._pod_network(st)),
             Action("plugin image", lambda: p._plugin_image(st, self._docker())),
             Action("fake GPU nodes (fakegpu chart)", lambda: p._install_nodes(st)),
-            Action(f"DRA driver {st.driver} ("
-                   f"{'chart ' + str(st.chart['chart']) if st.chart else 'fakegpu chart'})",
+            Action(f"DRA driver {st.driver} "
+                   f"({'chart ' + chart.chart if chart else 'fakegpu chart'})",
                    lambda: p._install_driver(st)),
             Action("nodes Ready", lambda: wait_until("every node Ready",
                                                      lambda: p._all_ready(st), p.policy)),
