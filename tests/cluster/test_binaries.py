@@ -537,3 +537,24 @@ def test_cli_binaries_prints_the_cached_paths_as_json(
     assert shown["k8s_version"] == "1.34.4"
     assert shown["kubelet"] == str(binaries.ensure("1.34").kubelet)
     assert Path(shown["crictl"]).read_text() == (user / "crictl").read_text()
+    assert "kwok" not in shown  # only fleet topologies need it: asked for with --kwok
+
+
+def test_cli_binaries_kwok_adds_kwok_from_the_same_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from fakegpu.cluster.artifacts import cli_binaries, kwok
+
+    parser = argparse.ArgumentParser()
+    cli_binaries.add_commands(parser.add_subparsers())
+    user = tmp_path / "user"
+    fill_user_dir(user, "1.34.4")
+    fake_exe(user / "kwok", f"kwok version v{kwok.KWOK_VERSION} go1.26.8 (linux/amd64)")
+    args = parser.parse_args(["binaries", "--k8s-version", "1.34", "--bin-dir", str(user),
+                              "--no-images", "--kwok", "-o", "json"])
+    assert args.func(args) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["kwok"] == str(kwok.cached())
+    assert Path(shown["kwok"]).read_text() == (user / "kwok").read_text()

@@ -28,7 +28,7 @@ from fakegpu.kubeletplugin.sockets import socket_paths
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.packaged import FIXTURES
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 DRIVER = drivers.FAKEGPU
 TOPOLOGY = FIXTURES / "gb200-mini.yaml"
 INSTANCE = "0b1d2c3e-test"

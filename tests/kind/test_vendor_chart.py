@@ -8,8 +8,8 @@ driver's ResourceSlices against what NVML shows on the node, a fault injected th
 node reaching the driver, and the conformance tool's verdict.
 
 Not ``e2e`` (that marker brings up the session's cluster, with fakegpu's own driver): the
-module makes its own cluster. ``integration`` keeps it in ``make test``'s first pass, where
-Docker is started for tests/kind.
+module makes its own cluster. ``docker`` puts it in ``make test``'s kind pass, with the other
+tests that need Docker, away from the first pass's four workers.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from fakegpu.testkit.dra import ResourceApi, attribute_value, node_devices
 from fakegpu.testkit.wait import NotYet, wait_for
 from fakegpu.topology.packaged import FIXTURES
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 DRIVER = "gpu.example.com"
 TOPOLOGY = FIXTURES / "dgx-h100.yaml"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fakegpu.cluster.artifacts import binaries, images
+from fakegpu.cluster.artifacts import binaries, images, kwok
 
 
 def add_commands(cluster_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +33,9 @@ def add_commands(cluster_sub: argparse._SubParsersAction[argparse.ArgumentParser
                         help="a directory of prebuilt binaries to take (exact versions required)")
     parser.add_argument("--no-images", action="store_true",
                         help="do not build the pause and workload image archives")
+    parser.add_argument("--kwok", action="store_true",
+                        help="also KWOK, which only fleet topologies need (built from the Go "
+                             "module proxy, minutes cold)")
     # fakegpu.cli's -o (this layer may not import it): the same choices, --json hidden.
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table",
                         help="table: one line per thing; json, yaml: one object "
@@ -47,6 +50,8 @@ def run_binaries(args: argparse.Namespace) -> int:
     bins = binaries.ensure(args.k8s_version, bin_dir=args.bin_dir, console=console)
     found: dict[str, str] = {"k8s_version": bins.k8s_version}
     found.update({name: str(path) for name, path in bins.paths().items()})
+    if args.kwok:
+        found["kwok"] = str(kwok.ensure(bin_dir=args.bin_dir, console=console))
     if not args.no_images:
         imgs = images.ensure_images(console=console)
         found.update({

@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
 from rich.console import Console
 
 from fakegpu import paths
@@ -108,7 +109,11 @@ def build(docker: Path, console: Console | None = None) -> PluginImage:
     known = _built.get((str(docker), ""))
     if known is not None and rootfs.image_present(docker, known.ref):
         return known
-    image = _build(docker, console or Console(stderr=True))
+    # One build at a time across processes (xdist workers): the second finds the first's tag.
+    lock = paths.cache_dir() / "kind" / "plugin-image.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):
+        image = _build(docker, console or Console(stderr=True))
     _built[(str(docker), "")] = image
     return image
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock
 from rich.console import Console
 
 from fakegpu import paths
@@ -176,6 +177,15 @@ def assemble(docker: Path, k8s_version: str | None, console: Console | None = No
     console = console or Console(stderr=True)
     version = binaries.resolve_version(k8s_version)
     started = time.monotonic()
+    # One assembly at a time across processes (xdist workers bringing up two kind clusters,
+    # cold): the second finds the first's image instead of a second debootstrap beside it.
+    lock = paths.cache_dir() / "kind" / "node-image.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):
+        return _assemble(docker, version, console, started)
+
+
+def _assemble(docker: Path, version: str, console: Console, started: float) -> NodeImage:
     base = rootfs.ensure_image(docker, rootfs.NODE, console)
     bins = binaries.ensure(version, console=console)
     node_bin = tools.ensure(tools.node_kubernetes(version), console)
