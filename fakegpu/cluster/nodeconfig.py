@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -136,12 +137,18 @@ def seccomp_supported(runc: Path) -> bool:
 def wrapper_text(real_runc: str, *, seccomp: bool, python: str = "/usr/bin/python3") -> str:
     """runc_wrapper.py with the real runc, its seccomp support and the interpreter baked in."""
     source = resources.files("fakegpu.cluster").joinpath("runc_wrapper.py").read_text()
+    # Both paths also go into the file's sh part, in double quotes or bare: plain paths only.
+    for path in (real_runc, *python.split(" ")):
+        if not re.fullmatch(r"[\w./+-]+", path):
+            raise FakegpuError(f"runc wrapper: {path!r} is not a plain path")
     replacements = {
         'REAL_RUNC = "/usr/sbin/runc"  # replaced at install time':
             f"REAL_RUNC = {real_runc!r}",
         "SECCOMP_SUPPORTED = True  # replaced at install time":
             f"SECCOMP_SUPPORTED = {seccomp!r}",
-        "#!/usr/bin/python3": f"#!{python}",
+        'exec /usr/bin/python3 "$0" "$@"': f'exec {python} "$0" "$@"',
+        'exec "${FAKEGPU_REAL_RUNC:-/usr/sbin/runc}" "$@"':
+            f'exec "${{FAKEGPU_REAL_RUNC:-{real_runc}}}" "$@"',
     }
     for marker, value in replacements.items():
         if marker not in source:

@@ -59,11 +59,14 @@ def test_the_wrapper_is_the_same_file_for_both(tmp_path: Path) -> None:
 
     wrapper = write_runc_wrapper(tmp_path / "w", Path("/real/runc"))
     text = wrapper.read_text()
-    assert text.startswith(f"#!{sys.executable} -S\n")
+    assert text.startswith("#!/bin/sh\n")  # sh first: only create, run and exec start Python
+    assert f'exec {sys.executable} -S "$0" "$@"' in text
+    assert 'exec "${FAKEGPU_REAL_RUNC:-/real/runc}" "$@"' in text
     assert "REAL_RUNC = '/real/runc'" in text and "SECCOMP_SUPPORTED = False" in text
     source = Path(runc_wrapper.__file__).read_text()
-    body = source.split("\n", 1)[1]
-    assert text.split("\n", 1)[1] == body.replace(
+    assert text == source.replace(
         'REAL_RUNC = "/usr/sbin/runc"  # replaced at install time', "REAL_RUNC = '/real/runc'"
-    ).replace("SECCOMP_SUPPORTED = True  # replaced at install time", "SECCOMP_SUPPORTED = False")
+    ).replace("SECCOMP_SUPPORTED = True  # replaced at install time", "SECCOMP_SUPPORTED = False"
+    ).replace('exec /usr/bin/python3 "$0"', f'exec {sys.executable} -S "$0"'
+    ).replace("FAKEGPU_REAL_RUNC:-/usr/sbin/runc}", "FAKEGPU_REAL_RUNC:-/real/runc}")
     assert wrapper.stat().st_mode & 0o755 == 0o755

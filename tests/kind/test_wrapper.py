@@ -13,7 +13,7 @@ import pytest
 
 from fakegpu.cluster import nodeconfig, runc_wrapper
 from fakegpu.cluster.kind import dockerhost
-from fakegpu.errors import InvalidInput
+from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.node import entrypoint
 from fakegpu.topology.packaged import FIXTURES
 
@@ -75,6 +75,49 @@ def test_installed_wrapper_execs_the_real_runtime_with_a_rewritten_spec(tmp_path
     seen = json.loads(out.stdout)
     assert seen["argv"] == ["exec", "--process", str(proc), str(proc)]
     assert seen["caps"] == ["CAP_KILL"]  # whatever this host lacks is gone, the rest stays
+
+
+@pytest.mark.parametrize(("argv", "through_python"), [
+    (["--root", "/r", "--log", "/l.json", "--log-format", "json", "start", "id"], False),
+    (["--root", "/r", "kill", "id", "9"], False),
+    (["delete", "--force", "id"], False),
+    (["--debug", "state", "id"], False),
+    (["--root", "/r", "--log-format", "json", "create", "--bundle", "/b", "id"], True),
+    (["run", "-b", "/b", "id"], True),
+    (["exec", "--process", "/p.json", "id"], True),
+    # An option's value that reads like a subcommand is skipped, as Python's subcommand() does.
+    (["--root", "create", "start", "id"], False),
+])
+def test_only_calls_that_start_a_process_pay_for_python(
+        tmp_path: Path, argv: list[str], through_python: bool) -> None:
+    fake = tmp_path / "runc"
+    fake.write_text("#!/bin/sh\necho \"runc $*\"\n")
+    fake.chmod(0o755)
+    # A "python" that only says it ran: which path a call took, and with what.
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho \"python $*\"\n")
+    python.chmod(0o755)
+    wrapper = nodeconfig.install_wrapper(tmp_path / "fakegpu-runc", fake, seccomp=False,
+                                         python=str(python))
+    out = subprocess.run([str(wrapper), *argv], capture_output=True, text=True, check=True)
+    want = f"python {wrapper} " if through_python else "runc "
+    assert out.stdout == want + " ".join(argv) + "\n"
+
+
+def test_the_sh_path_honours_fakegpu_real_runc(tmp_path: Path) -> None:
+    other = tmp_path / "other-runc"
+    other.write_text("#!/bin/sh\necho \"other $*\"\n")
+    other.chmod(0o755)
+    wrapper = nodeconfig.install_wrapper(tmp_path / "fakegpu-runc", tmp_path / "runc",
+                                         seccomp=False, python="/bin/false")
+    out = subprocess.run([str(wrapper), "start", "id"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "FAKEGPU_REAL_RUNC": str(other)})
+    assert out.stdout == "other start id\n"
+
+
+def test_a_path_the_sh_part_cannot_hold_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FakegpuError, match="not a plain path"):
+        nodeconfig.wrapper_text('/opt/my "runc"', seccomp=True)
 
 
 def test_daemon_config_registers_the_wrapper_only_when_needed(tmp_path: Path) -> None:
