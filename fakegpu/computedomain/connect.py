@@ -4,17 +4,20 @@ as Kubernetes does, is one line and an exit code, not a traceback from the first
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import yaml
 from kubernetes import client
 from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import ReadTimeoutError
 
 from fakegpu.errors import FakegpuError, InvalidInput
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube import errors
 
 PROBE_TIMEOUT_S = 10
+LATE_ANSWER_S = 120
 
 
 def connect(kubeconfig: Path | None) -> client.ApiClient:
@@ -34,8 +37,7 @@ def connect(kubeconfig: Path | None) -> client.ApiClient:
             AttributeError) as err:  # what load_kube_config raises on a broken file
         raise InvalidInput(f"{where}: not a usable kubeconfig: {_one_line(err)}") from err
     try:
-        errors.call(f"the apiserver of {where} answered /version with", lambda: client.VersionApi(
-            probe).get_code(_request_timeout=PROBE_TIMEOUT_S))
+        _probe(probe, where)
     except errors.Unreachable as err:
         api.close()  # type: ignore[no-untyped-call]
         raise FakegpuError(f"cannot reach the apiserver of {where}: "
@@ -50,6 +52,24 @@ def connect(kubeconfig: Path | None) -> client.ApiClient:
     finally:
         probe.close()  # type: ignore[no-untyped-call]
     return api
+
+
+def _probe(probe: client.ApiClient, where: str) -> None:
+    """Ask for /version; an apiserver that took the connection but answered late is asked
+    again until LATE_ANSWER_S have passed: it is alive, only loaded (an embedded bring-up of
+    two large clusters at once, load average 80, left the controller of one dead at start)."""
+    deadline = time.monotonic() + LATE_ANSWER_S
+    while True:
+        try:
+            errors.call(f"the apiserver of {where} answered /version with",
+                        lambda: client.VersionApi(probe).get_code(
+                            _request_timeout=PROBE_TIMEOUT_S))
+            return
+        except (errors.Unreachable, ReadTimeoutError) as err:
+            late = isinstance(err, ReadTimeoutError) or isinstance(err.__cause__,
+                                                                   ReadTimeoutError)
+            if not late or time.monotonic() >= deadline:
+                raise
 
 
 def _one_line(err: BaseException) -> str:

@@ -4,6 +4,7 @@ traceback. Each runs the real command in a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -137,3 +138,41 @@ def test_the_plugin_refuses_a_namespace_that_is_no_name(tmp_path: Path, short_tm
                   "--kubeconfig", str(down_kubeconfig(tmp_path)))
     assert out.returncode == 2, out.stderr
     assert one_line(out).startswith(f"fakegpu: --namespace {namespace!r} ")
+
+
+def test_an_apiserver_that_answers_late_is_asked_again_then_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that takes the connection and never answers (a loaded apiserver): probed
+    again until LATE_ANSWER_S, then the same one line; one that refuses is not asked twice."""
+    import socket
+    import threading
+
+    from fakegpu.computedomain import connect
+    from fakegpu.errors import FakegpuError
+
+    monkeypatch.setattr(connect, "PROBE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(connect, "LATE_ANSWER_S", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    config = tmp_path / "late.yaml"
+    config.write_text(down_kubeconfig(tmp_path).read_text().replace(
+        "https://127.0.0.1:1", f"http://127.0.0.1:{server.getsockname()[1]}"))
+    try:
+        with pytest.raises(FakegpuError, match="cannot reach the apiserver of --kubeconfig"):
+            connect.connect(config)
+        assert len(accepted) >= 3  # asked again while the deadline had not passed
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+    with pytest.raises(FakegpuError, match="cannot reach"):
+        connect.connect(down_kubeconfig(tmp_path))  # refused: at once, no second probe
