@@ -519,21 +519,32 @@ def test_cached_real_binaries_report_their_versions(monkeypatch: pytest.MonkeyPa
 
 # --- the CLI command -------------------------------------------------------------------------
 
-def test_cli_binaries_prints_the_cached_paths_as_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _cli_binaries_json(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                      *extra: str) -> tuple[Path, dict[str, str]]:
+    """``fakegpu cluster binaries`` for 1.34 from a user dir of fakes (plus ``extra`` fakes
+    named by file), -o json; (the user dir, what it printed)."""
     import argparse
 
-    from fakegpu.cluster.artifacts import cli_binaries
+    from fakegpu.cluster.artifacts import cli_binaries, kwok
 
     parser = argparse.ArgumentParser()
     cli_binaries.add_commands(parser.add_subparsers())
     user = tmp_path / "user"
     fill_user_dir(user, "1.34.4")
-    args = parser.parse_args(
-        ["binaries", "--k8s-version", "1.34", "--bin-dir", str(user), "--no-images", "--json"])
+    flags = []
+    if "kwok" in extra:
+        fake_exe(user / "kwok", f"kwok version v{kwok.KWOK_VERSION} go1.26.8 (linux/amd64)")
+        flags.append("--kwok")
+    args = parser.parse_args(["binaries", "--k8s-version", "1.34", "--bin-dir", str(user),
+                              "--no-images", *flags, "--json"])
     assert args.func(args) == 0
-    shown = json.loads(capsys.readouterr().out)
+    return user, json.loads(capsys.readouterr().out)
+
+
+def test_cli_binaries_prints_the_cached_paths_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    user, shown = _cli_binaries_json(tmp_path, capsys)
     assert shown["k8s_version"] == "1.34.4"
     assert shown["kubelet"] == str(binaries.ensure("1.34").kubelet)
     assert Path(shown["crictl"]).read_text() == (user / "crictl").read_text()
@@ -543,18 +554,8 @@ def test_cli_binaries_prints_the_cached_paths_as_json(
 def test_cli_binaries_kwok_adds_kwok_from_the_same_dir(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import argparse
+    from fakegpu.cluster.artifacts import kwok
 
-    from fakegpu.cluster.artifacts import cli_binaries, kwok
-
-    parser = argparse.ArgumentParser()
-    cli_binaries.add_commands(parser.add_subparsers())
-    user = tmp_path / "user"
-    fill_user_dir(user, "1.34.4")
-    fake_exe(user / "kwok", f"kwok version v{kwok.KWOK_VERSION} go1.26.8 (linux/amd64)")
-    args = parser.parse_args(["binaries", "--k8s-version", "1.34", "--bin-dir", str(user),
-                              "--no-images", "--kwok", "-o", "json"])
-    assert args.func(args) == 0
-    shown = json.loads(capsys.readouterr().out)
+    user, shown = _cli_binaries_json(tmp_path, capsys, "kwok")
     assert shown["kwok"] == str(kwok.cached())
     assert Path(shown["kwok"]).read_text() == (user / "kwok").read_text()
