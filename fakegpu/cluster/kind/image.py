@@ -5,7 +5,8 @@ Dockerfile in a checkout) and a wheelhouse made on this host (``wheelhouse.build
 tree in a checkout, from the installed package otherwise), so a wheel install builds the same
 image. The base is the slim Python image where a registry answers, else the Debian base
 assembled by ``rootfs`` (no registry needed). The tag is a digest of the wheelhouse, Dockerfile
-and base, so an unchanged tree is not rebuilt and kind never runs a stale image under an old tag.
+and base, so kind never runs a stale image under an old tag; which tag a source state made is
+remembered in the cache, so an unchanged tree is not even packed again (``build``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fakegpu import paths
 from fakegpu.cluster.kind import rootfs, wheelhouse
 from fakegpu.cluster.process import run
 from fakegpu.errors import MissingPrerequisite
+from fakegpu.fsutil import atomic_write
 
 REGISTRY_BASE = "python:3.11-slim-bookworm"
 IMAGE_REPO = "fakegpu.local/fakegpu-plugin"
@@ -39,13 +41,6 @@ WHEELHOUSE = "wheelhouse"  # in the staged context (the Dockerfile's WHEELHOUSE 
 class PluginImage:
     ref: str
     base: str
-
-
-# What this process has built, by (docker, version). A session's tree does not change under
-# it, so its second and third kind cluster reuse the first one's image instead of running
-# `pip wheel` of the tree again (resolving every dependency and compiling the NVML library:
-# 104 s a cluster on the 2-core CI VM, 2026-11-30).
-_built: dict[tuple[str, str], PluginImage] = {}
 
 
 def check_inputs() -> None:
@@ -105,24 +100,45 @@ def _wheel_content(whl: Path) -> bytes:
 
 
 def build(docker: Path, console: Console | None = None) -> PluginImage:
-    """Build (or find) the plugin image; return its reference."""
-    known = _built.get((str(docker), ""))
-    if known is not None and rootfs.image_present(docker, known.ref):
-        return known
-    # One build at a time across processes (xdist workers): the second finds the first's tag.
-    lock = paths.cache_dir() / "kind" / "plugin-image.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock)):
-        image = _build(docker, console or Console(stderr=True))
-    _built[(str(docker), "")] = image
-    return image
+    """Build (or find) the plugin image; return its reference.
+
+    Which image a source state made is remembered in the cache (``plugin-images/<key>``, the
+    key a digest of the base, the Dockerfile and ``wheelhouse.source_digest``), so every later
+    kind cluster of an unchanged tree, in any process (each xdist worker, each ``cluster up``),
+    loads that image instead of running ``pip wheel`` of the tree again (40-100 s on the 2-core
+    CI VM). The dependencies' wheels are those resolved at that build: a tree change, or
+    removing the image, resolves them again.
+    """
+    console = console or Console(stderr=True)
+    memos = paths.cache_dir() / "kind" / "plugin-images"
+    memos.mkdir(parents=True, exist_ok=True)
+    # One build at a time across processes (xdist workers): the second finds the first's memo.
+    with FileLock(str(memos.parent / "plugin-image.lock")):
+        check_inputs()
+        base = choose_base(docker, console)
+        key = source_key(base)
+        memo = memos / key
+        known = memo.read_text().strip() if memo.is_file() else ""
+        if known and rootfs.image_present(docker, known):
+            return PluginImage(known, base)
+        built = _build(docker, console, base)
+        for stale in memos.iterdir():
+            if stale.name != key:
+                stale.unlink(missing_ok=True)  # their images went with _remove_older
+        atomic_write(memo, built.ref + "\n")
+    return built
 
 
-def _build(docker: Path, console: Console) -> PluginImage:
-    check_inputs()
-    base = choose_base(docker, console)
+def source_key(base: str) -> str:
+    """What the image is made of, without making it: the base, the Dockerfile, the sources."""
+    digest = hashlib.sha256(f"{base}\0".encode())
+    digest.update(DOCKERFILE.read_bytes())
+    digest.update(wheelhouse.source_digest().encode())
+    return digest.hexdigest()[:24]
+
+
+def _build(docker: Path, console: Console, base: str) -> PluginImage:
     scratch = paths.cache_dir() / "kind"
-    scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="plugin-image-", dir=scratch) as tmp:
         context = Path(tmp)
         shutil.copyfile(DOCKERFILE, context / "Dockerfile")  # a copy: Docker follows no link
