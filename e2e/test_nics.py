@@ -1,7 +1,8 @@
 """The NIC driver on a DGX H100: a claim for a GPU and a NIC with ``matchAttribute:
 resource.kubernetes.io/pcieRoot`` gets a GPU and its compute NIC under one root; the pod sees
-the NIC as a network interface (its name and MAC as the slice publishes them) and its RDMA
-verbs node; the claim's status carries the interface's network data. A storage NIC shares a
+the NIC as a network interface (its name and MAC as the slice publishes them, with its
+address) and its RDMA verbs node; the claim's status carries the interface's network data,
+the addresses the pod sees. A storage NIC shares a
 root with no GPU, so asking for one beside a GPU under one root stays pending. A
 ``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
 
@@ -21,6 +22,7 @@ from fakegpu.testkit.dra import ResourceApi, attribute_value, node_devices
 from fakegpu.testkit.nics import (
     PCIE_ROOT,
     NicWords,
+    addresses,
     assert_pending,
     interfaces,
     rdma_nodes,
@@ -46,13 +48,16 @@ def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
     # What the pod sees: the interface, named and addressed as published, and one verbs node.
     seen = interfaces(core_v1, namespace, "gpu-nic")
     assert seen.get(name) == mac, seen
+    ips = addresses(core_v1, namespace, "gpu-nic", name)
+    assert ips, f"interface {name} has no address in the pod"
     verbs = rdma_nodes(core_v1, namespace, "gpu-nic")
     assert len(verbs) == 1 and "uverbs" in verbs[0] and " 231," in verbs[0], verbs
-    # The claim's status: the NIC driver's entry with the interface's network data.
+    # The claim's status: the NIC driver's entry with the network data the pod sees.
     entries = [e for e in (claim.get("status") or {}).get("devices") or []
                if e.get("driver") == nic_words.driver]
     assert [e["device"] for e in entries] == [nic["name"]], entries
-    assert entries[0]["networkData"] == {"interfaceName": name, "hardwareAddress": mac}
+    assert entries[0]["networkData"] == {"interfaceName": name, "hardwareAddress": mac,
+                                         "ips": ips}
     ready = {c["type"]: c["status"] for c in entries[0].get("conditions") or []}
     assert ready.get("Ready") == "True", entries[0]
 

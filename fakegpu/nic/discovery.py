@@ -36,6 +36,7 @@ class Nic:
     link_up: bool = True  # sysfs carrier (a nic-link-down fault sets it 0)
     mtu: int = 0  # 0 when sysfs does not say
     infiniband: bool = False  # net/<if>/type 32 (IPoIB), else Ethernet
+    ips: tuple[str, ...] = ()  # the port's addresses (CIDR), given to the pod's interface
 
 
 def _read(path: Path) -> str:
@@ -81,7 +82,8 @@ def discover(root: str | None = None) -> list[Nic]:
                 numa_node=pcie.numa_node(bus, sysfs.MELLANOX_VENDOR, root),
                 link_up=_read(net / "carrier") != "0",
                 mtu=int(mtu) if (mtu := _read(net / "mtu")).isdigit() else 0,
-                infiniband=_read(net / "type") == str(sysfs.ARPHRD["ib"])))
+                infiniband=_read(net / "type") == str(sysfs.ARPHRD["ib"]),
+                ips=tuple(_read(net / sysfs.ADDRESSES_FILE).split())))
     return sorted(found, key=lambda n: n.name)
 
 

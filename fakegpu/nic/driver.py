@@ -1,8 +1,9 @@
 """Prepare / unprepare of NIC claims on the kubelet-plugin base.
 
 Prepare, per claim: read the claim, take this driver's results for this node, make each NIC's
-node-side interface (``netdev``), write the claim's status (``networkData``: the interface
-name and MAC the pod sees, and a ``Ready`` condition), then the CDI spec (the interface through
+node-side interface (``netdev``, with the NIC's addresses), write the claim's status
+(``networkData``: the interface name, addresses and MAC the pod sees, and a ``Ready``
+condition), then the CDI spec (the interface through
 ``netDevices``, the RDMA verbs node through ``deviceNodes``) and the record, under the commit
 lock. A claim whose status cannot be written is not prepared: its interfaces go again.
 Unprepare removes the interfaces (if the pod never took them), the spec and the record.
@@ -93,7 +94,8 @@ def status_entries(driver: str, node: str, claim: dict[str, Any], version: str,
         "data": {"interfaceName": nic.name, "macAddress": nic.mac, "model": nic.model,
                  "pciBusID": nic.pci_bus_id, **({"rdmaDevice": nic.rdma} if nic.rdma else {}),
                  **({"pluginVersion": version} if version else {})},
-        "networkData": {"interfaceName": nic.name, "hardwareAddress": nic.mac},
+        "networkData": {"interfaceName": nic.name, "hardwareAddress": nic.mac,
+                        **({"ips": list(nic.ips)} if nic.ips else {})},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared",
                         "message": f"interface {nic.name} ready for the claim's pods"
                                    f" (request {request})",
@@ -186,7 +188,7 @@ class NicDriver:
                 return PrepareResult(done)
             try:
                 for nic, link in links:
-                    netdev.create(link, nic.mac)
+                    netdev.create(link, nic.mac, nic.ips)
                 if self.cfg.write_status and (error := write_device_status(
                         self._claims, claim, ref, self.cfg.driver,
                         status_entries(self.cfg.driver, self.cfg.node, claim, self._version,

@@ -16,9 +16,11 @@ A NIC's directory holds what a network driver reads there: ``net/<interface>/add
 MAC, ``mac``), ``net/<interface>/speed`` (Mb/s, as the kernel writes it), for an RDMA port
 ``infiniband/<rdma device>/`` and ``infiniband_verbs/uverbs<N>/{ibdev,dev}`` (N counts the
 node's RDMA ports in the topology's order), ``net/<interface>/carrier`` and ``operstate``
-(``0``/``down`` while a ``nic-link-down`` fault holds: ``set_link``), and
-``net/<interface>/fakegpu_role`` (the
-topology's ``role``, which no real sysfs file says).
+(``0``/``down`` while a ``nic-link-down`` fault holds: ``set_link``), and two files no real
+sysfs has, for what a real host keeps elsewhere: ``net/<interface>/fakegpu_role`` (the
+topology's ``role``) and ``net/<interface>/fakegpu_addresses`` (the port's addresses, one CIDR
+a line, ``topology.pcie.nic_addresses``; a real host holds them in the kernel's netlink
+tables, and a fake port has no interface until its claim is prepared).
 
 Processes find it through ``FAKEGPU_SYSFS`` (set beside the NVML state variable), as they find
 the fake library through the loader path; unset, they read the real ``/sys``.
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from fakegpu import fsutil
 from fakegpu.topology.model import Node, PciAddress, PcieRoot
+from fakegpu.topology.pcie import nic_addresses
 
 SYSFS_ENV = "FAKEGPU_SYSFS"
 NVIDIA_VENDOR = "0x10de"
@@ -49,6 +52,7 @@ ARPHRD = {"en": 1, "ib": 32}
 DEFAULT_MTU = {"en": 1500, "ib": 4092}
 UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192  # /dev/infiniband/uverbs<N>: char 231:192+N
 ROLE_FILE = "fakegpu_role"
+ADDRESSES_FILE = "fakegpu_addresses"
 
 
 def mac(node: str, interface: str) -> str:
@@ -119,7 +123,8 @@ def render(node: Node, target: str | Path) -> Path | None:
                             ("speed", str(round(card.gbps * 1000))),
                             ("carrier", "1"), ("operstate", "up"),
                             ("type", str(ARPHRD[kind])), ("mtu", str(DEFAULT_MTU[kind])),
-                            (ROLE_FILE, str(card.role))):
+                            (ROLE_FILE, str(card.role)),
+                            (ADDRESSES_FILE, "\n".join(nic_addresses(node.index, index, card)))):
             (net / name).write_text(value + "\n", encoding="ascii")
         if card.rdma:
             (where / "infiniband" / card.rdma).mkdir(parents=True)

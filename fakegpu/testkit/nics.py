@@ -97,6 +97,14 @@ def interfaces(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, s
     return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
 
 
+def addresses(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str) -> list[str]:
+    """The interface's addresses (CIDR) as ``ip addr`` shows them in the pod."""
+    out = k8s.exec_in_pod(core, namespace, pod, ["ip", "-o", "addr", "show", "dev", interface])
+    words = out.stdout.split()
+    return [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("inet", "inet6")
+            and not words[i + 1].startswith("fe80:")]  # the kernel's link-local, not the NIC's
+
+
 def rdma_nodes(core: kclient.CoreV1Api, namespace: str, pod: str) -> list[str]:
     """``ls -l /dev/infiniband`` lines of character devices (none: [])."""
     out = k8s.exec_in_pod(core, namespace, pod, ["sh", "-c", "ls -l /dev/infiniband 2>&1"],

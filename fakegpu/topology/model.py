@@ -165,6 +165,7 @@ class Nic:
     pci: PciAddress
     role: NicRole = NicRole.COMPUTE
     rdma: str = ""  # the RDMA device, e.g. "mlx5_0"
+    ips: tuple[str, ...] = ()  # the port's addresses as declared (CIDR); () = nic_addresses'
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ own PCI domain and above its bus. A GPU's NUMA node is its root's.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -32,7 +33,12 @@ _ROOT = re.compile(r"pci([0-9a-fA-F]{4}):([0-9a-fA-F]{2})")
 _PCI = re.compile(r"([0-9a-fA-F]{4}|[0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-1][0-9a-fA-F])\.([0-7])")
 _IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # IFNAMSIZ - 1
 _ROOT_KEYS = ("name", "numa", "switches", "gpus", "nics")
-_NIC_KEYS = ("name", "model", "gbps", "pci", "role", "rdma")
+_NIC_KEYS = ("name", "model", "gbps", "pci", "role", "rdma", "ips")
+MAX_IPS = 8
+# Where an undeclared port's address comes from: RFC 2544's benchmarking block (no real
+# network routes it, and it meets no pod, service or kind network), one /21 per NIC position.
+FABRIC = ipaddress.IPv4Network("198.18.0.0/15")
+RAIL_PREFIX = 21
 
 
 def parse_address(text: str) -> PciAddress | None:
@@ -242,6 +248,47 @@ def _nics(report: Report, raw: Any, path: str, taken: dict[str, str]) -> list[Ni
             report.add(join(where, "role"), f"is '{role}', expected one of "
                                             f"{', '.join(r.value for r in NicRole)}")
             return None
+        ips = _ips(report, data.get("ips"), join(where, "ips"))
+        if ips is None:
+            return None
         used[address.bus_id] = f"NIC '{name}'"
-        out.append(Nic(name, model, gbps, address, NicRole(role), rdma))
+        out.append(Nic(name, model, gbps, address, NicRole(role), rdma, ips))
     return out
+
+
+def _ips(report: Report, raw: Any, path: str) -> tuple[str, ...] | None:
+    """A port's declared addresses: host addresses with their prefix, IPv4 or IPv6."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not 0 < len(raw) <= MAX_IPS:
+        report.add(path, f"is {type_name(raw)}, expected a list of 1 to {MAX_IPS} addresses "
+                         "like '192.168.10.7/24'")
+        return None
+    out: list[str] = []
+    for i, text in enumerate(raw):
+        try:
+            iface = ipaddress.ip_interface(text) if isinstance(text, str) and "/" in text \
+                else None
+        except ValueError:
+            iface = None
+        # A network's own address is no host's (but a /31's or /32's are).
+        if iface is None or (iface.ip == iface.network.network_address
+                             and iface.network.num_addresses > 2):
+            report.add(join(path, i), f"is {text!r}, expected a host address with its prefix "
+                                      "like '192.168.10.7/24'")
+            return None
+        out.append(str(iface))
+    return tuple(out)
+
+
+def nic_addresses(node_index: int, position: int, nic: Nic) -> tuple[str, ...]:
+    """The port's addresses: the declared ones, else one of the fabric's: the /21 of
+    ``FABRIC`` for the NIC's position on its node (a rail: that NIC on every node), host
+    ``node_index + 1``; none past the 2046th node (a rail's last host address)."""
+    if nic.ips:
+        return nic.ips
+    size = 1 << (32 - RAIL_PREFIX)
+    if not 0 <= position < MAX_NICS or node_index + 1 > size - 2:
+        return ()
+    host = FABRIC.network_address + position * size + node_index + 1
+    return (f"{host}/{RAIL_PREFIX}",)

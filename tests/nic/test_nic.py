@@ -95,7 +95,10 @@ def test_status_carries_network_data(dgx: tuple[Path, list[discovery.Nic]]) -> N
     nic = next(n for n in dgx[1] if n.name == "ibp21s0")
     claim = {"metadata": {"generation": 2}}
     [entry] = status_entries("nic.fakegpu.dev", "n0", claim, "", [("nic", nic)], now="t")
-    assert entry["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": nic.mac}
+    # The first NIC of the cluster's first node: host 1 of the fabric's first rail.
+    assert nic.ips == ("198.18.0.1/21",)
+    assert entry["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": nic.mac,
+                                    "ips": ["198.18.0.1/21"]}
     assert (entry["driver"], entry["pool"], entry["device"]) == ("nic.fakegpu.dev", "n0",
                                                                  "ibp21s0")
     assert entry["conditions"][0]["type"] == "Ready"
@@ -152,6 +155,7 @@ def test_dranet_claims_are_prepared_under_the_pci_names(
     assert spec["kind"] == "dra.net/nic" and spec["devices"][0]["name"] == f"u1-{name}"
     [entry] = status_entries("dra.net", "n0", {"metadata": {}}, "", [("nic", nic)], now="t")
     assert entry["device"] == name
-    assert entry["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": nic.mac}
+    assert entry["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": nic.mac,
+                                    "ips": list(nic.ips)}
     built = slices.build_slice("dra.net", "n0", [nic], "v1", 1, None)
     assert [d["name"] for d in built["spec"]["devices"]] == [name]

@@ -137,7 +137,8 @@ def test_dranet_names_published_and_a_claim_prepared_under_them(
                                                      "resourceclaims", "rdma")
         [status] = claim["status"]["devices"]
         assert (status["driver"], status["device"]) == (DRIVER, name)
-        assert status["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": ib.mac}
+        assert status["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": ib.mac,
+                                         "ips": list(ib.ips)} and ib.ips
         gone = stub.NodeUnprepareResources(
             dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]), timeout=30).claims[uid]
         assert gone.error == ""

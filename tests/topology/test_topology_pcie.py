@@ -13,6 +13,7 @@ from fakegpu.topology.errors import TopologyError
 from fakegpu.topology.load import load_topology, parse_topology
 from fakegpu.topology.model import NicRole, PcieTree
 from fakegpu.topology.packaged import FIXTURES
+from fakegpu.topology.pcie import nic_addresses
 
 
 def _tree(name: str, node: int = 0) -> PcieTree:
@@ -111,6 +112,20 @@ def test_a_node_may_declare_its_own_tree_and_numa_follows_it() -> None:
     assert node.pcie.nic_switch(0) == 0 and node.pcie.nic_switch(1) is None
 
 
+def test_a_nic_has_its_declared_addresses_else_its_rails() -> None:
+    """Declared addresses stand; an undeclared port gets host ``node index + 1`` of the /21
+    of 198.18.0.0/15 for its position on the node (the same NIC of every node: one rail)."""
+    own = _with(lambda d: d["nics"][1].update(ips=["192.168.10.7/24", "fd00::7/64"]))
+    node = parse_topology(_node(own)).nodes[0]
+    assert node.pcie is not None
+    eth0, eth1 = node.pcie.nics
+    assert nic_addresses(0, 0, eth0) == ("198.18.0.1/21",)
+    assert nic_addresses(3, 2, eth0) == ("198.18.16.4/21",)
+    assert nic_addresses(1023, 63, eth0) == ("198.19.252.0/21",)  # in 198.19.248.0/21
+    assert nic_addresses(2046, 0, eth0) == ()  # past a rail's last host address
+    assert nic_addresses(5, 1, eth1) == ("192.168.10.7/24", "fd00::7/64")
+
+
 def _with(change: Any) -> dict[str, Any]:
     data = yaml.safe_load(yaml.safe_dump(OWN))
     change(data)
@@ -156,6 +171,14 @@ def _with(change: Any) -> dict[str, Any]:
      "nodes[0].pcie.nics[0].speed: unknown field, expected one of name, model, gbps, pci"),
     (lambda d: d.update(roots=[]),
      "nodes[0].pcie.roots: is a list, expected a non-empty list of root complexes"),
+    (lambda d: d["nics"][0].update(ips=["10.0.0.7"]),
+     "nodes[0].pcie.nics[0].ips[0]: is '10.0.0.7', expected a host address with its prefix"),
+    (lambda d: d["nics"][0].update(ips=["10.0.0.0/24"]),
+     "nodes[0].pcie.nics[0].ips[0]: is '10.0.0.0/24', expected a host address"),
+    (lambda d: d["nics"][0].update(ips=["10.0.0.300/24"]),
+     "nodes[0].pcie.nics[0].ips[0]: is '10.0.0.300/24', expected a host address"),
+    (lambda d: d["nics"][0].update(ips="10.0.0.7/24"),
+     "nodes[0].pcie.nics[0].ips: is text, expected a list of 1 to 8 addresses"),
 ])
 def test_a_bad_tree_is_one_line_naming_the_field(change: Any, message: str) -> None:
     with pytest.raises(TopologyError) as err:
