@@ -67,7 +67,7 @@ nvmlReturn_t nvmlShutdown(void)
     } else if (__atomic_sub_fetch(&init_refs, 1, __ATOMIC_SEQ_CST) == 0) {
         /* Other threads may still be inside calls (clients shut down while a monitor thread
          * polls): new calls now answer UNINITIALIZED; wait for the running ones (event waits
-         * notice within their 0.5 ms poll) before unmapping what they read. */
+         * notice at their next look, 20 ms at most) before unmapping what they read. */
         while (__atomic_load_n(&calls_in_flight, __ATOMIC_SEQ_CST) != 0) {
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
