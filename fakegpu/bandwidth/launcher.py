@@ -9,7 +9,7 @@ The launcher merges them into one results document (``results.py``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -80,26 +80,30 @@ def worker_pods(core: kclient.CoreV1Api, namespace: str, selector: str = LABEL) 
 
 
 def command(rank: int, addresses: Sequence[str], node: str, *, port: int = PORT,
-            network_gbps: float | None = None, timeout: int = 60) -> list[str]:
-    """The command line of ``rank`` (``addresses``: the pod IPs in rank order)."""
+            network_gbps: float | None = None, nic_gbps: Mapping[str, float] | None = None,
+            timeout: int = 60) -> list[str]:
+    """The command line of ``rank`` (``addresses``: the pod IPs in rank order; ``nic_gbps``:
+    GPU UUID -> its compute NIC's speed, ``model.nic_rates``)."""
     peers = ",".join(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses)
     cmd = [IN_IMAGE, "--rank", str(rank), "--peers", peers, "--port", str(port),
            "--node", node, "--timeout", str(timeout)]
     if network_gbps is not None:
         cmd += ["--network-gbps", f"{network_gbps:g}"]
+    if nic_gbps:
+        cmd += ["--nic-gbps", ",".join(f"{u}={g:g}" for u, g in sorted(nic_gbps.items()))]
     return cmd
 
 
 def run(core: kclient.CoreV1Api, namespace: str, pods: Sequence[Any], *,
-        network_gbps: float | None = None, port: int = PORT, timeout: int = 60
-        ) -> dict[str, Any]:
+        network_gbps: float | None = None, nic_gbps: Mapping[str, float] | None = None,
+        port: int = PORT, timeout: int = 60) -> dict[str, Any]:
     """Run one rank per pod of ``pods`` (rank order) at once; the merged results."""
     addresses = [p.status.pod_ip for p in pods]
 
     def one(rank: int) -> dict[str, Any]:
         pod = pods[rank]
         cmd = command(rank, addresses, pod.spec.node_name, port=port,
-                      network_gbps=network_gbps, timeout=timeout)
+                      network_gbps=network_gbps, nic_gbps=nic_gbps, timeout=timeout)
         # A client per rank: the client's exec stream swaps a method of its ApiClient while
         # it connects, which concurrent execs through one client would leave swapped.
         with kclient.ApiClient(core.api_client.configuration) as own:

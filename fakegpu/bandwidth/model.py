@@ -16,7 +16,9 @@ Figures are in GB/s, one direction, at the rated speed (no protocol overhead):
   (``FAKEGPU_IMEX_DAEMON``), and a GPU whose daemon does not accept a connection there when
   the job starts reaches other nodes over the network (its own node's NVLink stays). A pod
   not told where its daemon is (no ``FAKEGPU_IMEX_DAEMON``) is judged by its channel alone;
-- any other pair of two nodes: ``network``, the topology's ``network.gbps_per_gpu`` / 8;
+- any other pair of two nodes: ``network``, GPUDirect RDMA through each GPU's compute NIC
+  (``PcieTree.gpu_nic``: the nearest by PCIe distance): the slower of the two NICs' link
+  speeds / 8; a GPU without a known NIC counts the topology's ``network.gbps_per_gpu``;
 - GPUs of one node without an NVLink path: ``pcie``, not modelled (no figure).
 
 A GPU whose fabric reports degraded bandwidth (NVML's health mask; fault ``fabric-degraded``)
@@ -70,6 +72,7 @@ class GpuView:
     has_channel: bool = False  # the pod holds that domain's IMEX channel device
     # its node's IMEX daemon answered (True), did not (False), was not named (None)
     imex_daemon: bool | None = None
+    nic_gbps: float | None = None  # its compute NIC's link speed, Gb/s (None: not known)
 
 
 def link_table() -> dict[int, float]:
@@ -119,7 +122,7 @@ def pair(a: GpuView, b: GpuView, table: dict[int, float],
         return None, Path.PCIE
     if _fabric_nvlink(a, b):
         return min(nvlink_speed(a, table), nvlink_speed(b, table)), Path.NVLINK_FABRIC
-    return network_gbps / 8, Path.NETWORK
+    return min(a.nic_gbps or network_gbps, b.nic_gbps or network_gbps) / 8, Path.NETWORK
 
 
 def matrix(gpus: Sequence[GpuView], network_gbps: float, table: dict[int, float] | None = None
@@ -132,7 +135,7 @@ def matrix(gpus: Sequence[GpuView], network_gbps: float, table: dict[int, float]
 
 def view_of(gpu: Gpu, node: str, *, compute_domain: str = "", has_channel: bool = False,
             degraded: bool | None = None, links_down: Sequence[int] = (),
-            imex_daemon: bool | None = None) -> GpuView:
+            imex_daemon: bool | None = None, nic_gbps: float | None = None) -> GpuView:
     """``gpu`` of a topology as the program in a pod on ``node`` would see it; ``degraded``
     and ``links_down`` stand for faults injected at run time (the topology's own count too),
     ``imex_daemon`` for the probe of its node's IMEX daemon."""
@@ -153,7 +156,22 @@ def view_of(gpu: Gpu, node: str, *, compute_domain: str = "", has_channel: bool 
         clique=fabric.clique if fabric else None,
         fabric_completed=fabric is None or fabric.state is FabricState.COMPLETED,
         degraded=degraded and fabric is not None,
-        compute_domain=compute_domain, has_channel=has_channel, imex_daemon=imex_daemon)
+        compute_domain=compute_domain, has_channel=has_channel, imex_daemon=imex_daemon,
+        nic_gbps=nic_gbps)
+
+
+def nic_rates(topology: Topology) -> dict[str, float]:
+    """GPU UUID -> the link speed (Gb/s) of the compute NIC it sends RDMA through, for every
+    GPU whose node's PCIe tree places one near it (what ``nvbandwidth --nic-gbps`` takes)."""
+    rates: dict[str, float] = {}
+    for node in topology.nodes:
+        if node.pcie is None:
+            continue
+        for gpu in node.gpus:
+            nic = node.pcie.gpu_nic(gpu.index, len(node.gpus))
+            if nic is not None:
+                rates[gpu.uuid] = node.pcie.nics[nic].gbps
+    return rates
 
 
 def topology_views(topology: Topology, *, compute_domain: str = "",
@@ -163,8 +181,9 @@ def topology_views(topology: Topology, *, compute_domain: str = "",
     them: all in ``compute_domain`` (with a channel, and told where their node's IMEX daemon
     is) when given; ``degraded`` lists (node, GPU index) pairs with fault ``fabric-degraded``
     injected; ``imex_down`` the nodes whose IMEX daemon did not answer."""
-    sick, down = set(degraded), set(imex_down)
+    sick, down, rates = set(degraded), set(imex_down), nic_rates(topology)
     return [view_of(g, n.name, compute_domain=compute_domain, has_channel=bool(compute_domain),
                     degraded=True if (n.name, g.index) in sick else None,
-                    imex_daemon=n.name not in down if compute_domain else None)
+                    imex_daemon=n.name not in down if compute_domain else None,
+                    nic_gbps=rates.get(g.uuid))
             for n in topology.nodes for g in n.gpus]

@@ -41,7 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--selector", default=None, metavar="LABELS",
                      help="the worker pods (default: app.kubernetes.io/name=nvbandwidth)")
     run.add_argument("--network-gbps", type=argtypes.positive, default=None, metavar="GBPS",
-                     help="node-to-node speed per GPU (default: the topology's network)")
+                     help="node-to-node speed per GPU without a compute NIC near it in the "
+                          "topology's PCIe tree (default: the topology's network); a GPU "
+                          "with one goes at that NIC's speed")
     run.add_argument("--timeout", type=int, default=60, metavar="S",
                      help="how long rank 0 waits for the others (default 60)")
     run.add_argument("--out", type=Path, required=True, metavar="RESULTS.json",
@@ -65,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     from kubernetes import client as kclient
 
-    from fakegpu.bandwidth import launcher
+    from fakegpu.bandwidth import launcher, model
     from fakegpu.cluster import nodenvml
     from fakegpu.kube import api as kubeapi
     from fakegpu.topology.load import load_topology
@@ -94,7 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         namespace = namespace or "default"
         pods = launcher.worker_pods(core, namespace, selector)
-    results = launcher.run(core, namespace, pods, network_gbps=gbps, timeout=args.timeout)
+    results = launcher.run(core, namespace, pods, network_gbps=gbps,
+                           nic_gbps=model.nic_rates(topology), timeout=args.timeout)
     atomic_write(args.out, json.dumps(results, indent=1) + "\n")
     paths = {p for row in results["paths"] for p in row} - {"self"}
     print(f"{printable(str(args.out))}: {len(results['gpus'])} GPUs on {len(pods)} nodes "

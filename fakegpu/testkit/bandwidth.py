@@ -88,5 +88,6 @@ def expected(topology: Topology, nodes: Sequence[str] | None = None, **kwargs: A
 
 def run(core: kclient.CoreV1Api, namespace: str, pods: list[Any],
         topology: Topology) -> dict[str, Any]:
-    """The job over ``pods`` at the topology's network speed: the merged results."""
-    return launcher.run(core, namespace, pods, network_gbps=topology.network.gbps_per_gpu)
+    """The job over ``pods`` at the topology's network and NIC speeds: the merged results."""
+    return launcher.run(core, namespace, pods, network_gbps=topology.network.gbps_per_gpu,
+                        nic_gbps=model.nic_rates(topology))

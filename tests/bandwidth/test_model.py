@@ -11,7 +11,7 @@ from fakegpu.bandwidth import model
 from fakegpu.bandwidth.model import Path
 from fakegpu.topology import catalog
 from fakegpu.topology.load import load_topology, parse_topology
-from fakegpu.topology.model import Topology
+from fakegpu.topology.model import NicRole, Topology
 from fakegpu.topology.packaged import FIXTURES
 
 
@@ -127,15 +127,49 @@ def test_links_down_lower_the_figure() -> None:
 
 
 @pytest.mark.parametrize("gbps", [100, 800.0, 1600])
-def test_the_network_figure_is_the_topology_field(gbps: float) -> None:
+def test_without_a_nic_near_it_a_gpu_goes_at_the_topology_network_field(gbps: float) -> None:
+    # Nine H100s: more than any board, so no PCIe tree and no NIC is known near a GPU.
     text = (f"name: t\nnetwork: {{gbps_per_gpu: {gbps}}}\n"
-            "fabrics: [{name: f}]\n"
-            "nodes: [{name: 'n{0..1}', gpus: {product: GB200, count: 4}, "
-            "nvlink: {mode: fabric, fabric: f}}]\n")
+            "nodes: [{name: 'n{0..1}', gpus: {product: H100-SXM5-80GB, count: 9}, "
+            "nvlink: none}]\n")
     topology = parse_topology(text, "t.yaml")
-    assert topology.network.gbps_per_gpu == gbps
+    assert topology.network.gbps_per_gpu == gbps and model.nic_rates(topology) == {}
     values, paths = model.matrix(model.topology_views(topology), topology.network.gbps_per_gpu)
-    assert values[0][4] == gbps / 8 and paths[0][4] is Path.NETWORK
+    assert values[0][9] == gbps / 8 and paths[0][9] is Path.NETWORK
+
+
+def test_a_gpu_sends_through_its_nearest_compute_nic() -> None:
+    """Under its switch (DGX H100: one each), else its root, else its NUMA node (GB200: two
+    GPUs and two ConnectX-7 per Grace CPU, shared out in order); storage NICs never."""
+    def nics(name: str) -> list[str]:
+        node = load_topology(FIXTURES / f"{name}.yaml").nodes[0]
+        assert node.pcie is not None
+        out = []
+        for g in node.gpus:
+            nic = node.pcie.gpu_nic(g.index, len(node.gpus))
+            assert nic is not None
+            card = node.pcie.nics[nic]
+            assert card.role is NicRole.COMPUTE
+            if node.pcie.gpu_switch(g.index) is not None:
+                assert node.pcie.nic_switch(nic) == node.pcie.gpu_switch(g.index)
+            out.append(card.name)
+        return out
+
+    h100 = nics("dgx-h100")
+    assert len(set(h100)) == 8 and h100[0] == "ibp21s0"
+    a100 = nics("dgx-a100")
+    assert len(set(a100)) == 8  # two GPUs and two NICs per switch: one each
+    assert nics("gb200-mini") == ["ibp3s0", "ibP2p3s0", "ibP16p3s0", "ibP18p3s0"]
+
+
+def test_between_nodes_the_slower_nic_sets_the_figure() -> None:
+    topology = load_topology(FIXTURES / "mixed.yaml")
+    views = model.topology_views(topology)
+    at = {(v.node, v.index): i for i, v in enumerate(views)}
+    values, paths = model.matrix(views, topology.network.gbps_per_gpu)
+    a100, h100 = at[("a100-1", 3)], at[("h100-2", 5)]
+    assert (values[a100][h100], paths[a100][h100]) == (200 / 8, Path.NETWORK)
+    assert values[at[("h100-0", 0)]][h100] == 400 / 8
 
 
 def test_the_network_defaults_to_400_gbps_per_gpu() -> None:

@@ -5,6 +5,7 @@ what pynvml reads from the same state files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -63,11 +64,15 @@ def _states(topology: Topology, tmp_path: Path) -> list[Path]:
 
 
 def _job(topology: Topology, states: Sequence[Path], extra_env: dict[str, str] | None = None,
-         args: Sequence[str] = (), rank_env: Sequence[dict[str, str]] | None = None
-         ) -> tuple[dict[str, Any], list[str]]:
+         args: Sequence[str] = (), rank_env: Sequence[dict[str, str]] | None = None,
+         nics: bool = True) -> tuple[dict[str, Any], list[str]]:
     """Run one rank per node at once; the merged document and each rank's stderr.
-    ``rank_env``: more environment per rank (its node's pod)."""
+    ``rank_env``: more environment per rank (its node's pod); ``nics``: pass each GPU's NIC
+    speed from the topology, as the launcher does."""
     rank_env = rank_env or [{} for _ in states]
+    rates = model.nic_rates(topology) if nics else {}
+    if rates:
+        args = [*args, "--nic-gbps", ",".join(f"{u}={g:g}" for u, g in rates.items())]
     port = _free_port()
     peers = ",".join([f"127.0.0.1:{port}"] * len(states))
     procs = [subprocess.Popen(
@@ -138,8 +143,10 @@ def test_faults_show_in_the_matrix(tmp_path: Path) -> None:
     states = _states(topology, tmp_path)
     faults.inject(states[1], 2, "fabric-degraded")
     faults.inject(states[3], 0, "nvlink-down", 5)
-    doc, _ = _job(topology, states, args=["--network-gbps", "800"])
-    views = model.topology_views(topology, degraded=[("gb200-1", 2)])
+    # Without NIC speeds every GPU goes at --network-gbps.
+    doc, _ = _job(topology, states, args=["--network-gbps", "800"], nics=False)
+    views = [dataclasses.replace(v, nic_gbps=None)
+             for v in model.topology_views(topology, degraded=[("gb200-1", 2)])]
     views[12] = model.view_of(topology.nodes[3].gpus[0], "gb200-3", links_down=[5])
     values, paths = _expected(views, 800)
     assert doc["bandwidth"] == values and doc["paths"] == paths
@@ -147,8 +154,25 @@ def test_faults_show_in_the_matrix(tmp_path: Path) -> None:
     assert doc["bandwidth"][0][4] == 100.0  # 800 Gb/s
 
 
+def test_each_gpu_reaches_other_nodes_through_its_own_nic(tmp_path: Path) -> None:
+    """``mixed``: an A100 node's GPUs send through 200 Gb/s ConnectX-6 NICs, an H100 node's
+    through 400 Gb/s ConnectX-7: between them the slower NIC sets the figure."""
+    topology = load_topology(FIXTURES / "mixed.yaml")
+    doc, _ = _job(topology, _states(topology, tmp_path))
+    values, paths = _expected(model.topology_views(topology), topology.network.gbps_per_gpu)
+    assert doc["bandwidth"] == values and doc["paths"] == paths
+    labels = [(g["node"], g["index"]) for g in doc["gpus"]]
+    a100, h100, h100_other = (labels.index(("a100-1", 0)), labels.index(("h100-0", 0)),
+                              labels.index(("h100-3", 0)))
+    assert doc["bandwidth"][a100][h100] == doc["bandwidth"][h100][a100] == 200 / 8
+    assert (paths[h100][h100_other], doc["bandwidth"][h100][h100_other]) == ("network", 400 / 8)
+    assert {g["nic_gbps"] for g in doc["gpus"]} == {200, 400}
+
+
 @pytest.mark.parametrize("args", [["--rank", "x"], ["--link-gbps", "five"], ["--bogus", "1"],
-                                  ["--rank", "3"], ["--network-gbps", "0"]])
+                                  ["--rank", "3"], ["--network-gbps", "0"],
+                                  ["--nic-gbps", "GPU-1"], ["--nic-gbps", "GPU-1=0"],
+                                  ["--nic-gbps", "=400"], ["--nic-gbps", "GPU-1=4x"]])
 def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str]) -> None:
     topology = _mini()
     state = _states(topology, tmp_path)[0]

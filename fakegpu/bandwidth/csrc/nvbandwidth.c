@@ -11,7 +11,11 @@
  * network). Each rank then prints one JSON object with its rows of the matrix.
  *
  *   nvbandwidth [--rank R --peers HOST:PORT,...] [--port P] [--node NAME]
- *               [--network-gbps G] [--link-gbps GEN=GBPS,...] [--timeout S]
+ *               [--network-gbps G] [--nic-gbps UUID=GBPS,...] [--link-gbps GEN=GBPS,...]
+ *               [--timeout S]
+ *
+ * --nic-gbps: the link speed of the compute NIC each GPU sends GPUDirect RDMA through (the
+ * launcher reads it from the topology's PCIe tree); a GPU not named goes at --network-gbps.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -68,6 +72,11 @@ static int nlocal;
 static double link_gbps[16]; /* per NVLink generation, GB/s both directions */
 static double network_gbps = FG_NETWORK_GBPS;
 static int timeout_s = 60;
+static struct nic_rate {
+    char uuid[96];
+    double gbps;
+} nic_rates[MAX_ALL];
+static int n_nic_rates;
 
 static void die(int code, const char *fmt, ...)
 {
@@ -91,6 +100,31 @@ static void parse_link_table(const char *text)
         link_gbps[gen] = gbps;
     }
     free(copy);
+}
+
+static void parse_nic_rates(const char *text)
+{
+    char *copy = strdup(text), *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strrchr(item, '='), *end = NULL;
+        double gbps = eq ? strtod(eq + 1, &end) : 0;
+        size_t len = eq ? (size_t)(eq - item) : 0;
+        if (!eq || len == 0 || len >= sizeof(nic_rates[0].uuid) || strpbrk(item, " \"\\") ||
+            eq[1] == '\0' || *end != '\0' || gbps <= 0)
+            die(EXIT_USAGE, "--nic-gbps: '%s' is not UUID=GBPS (e.g. GPU-...=400)", item);
+        if (n_nic_rates == MAX_ALL) die(EXIT_USAGE, "--nic-gbps: more than %d GPUs", MAX_ALL);
+        snprintf(nic_rates[n_nic_rates].uuid, sizeof(nic_rates[0].uuid), "%.*s", (int)len, item);
+        nic_rates[n_nic_rates++].gbps = gbps;
+    }
+    free(copy);
+}
+
+/* The GPU's compute NIC speed in Gb/s, -1 when --nic-gbps does not name it. */
+static double nic_gbps(const struct gpu *g)
+{
+    for (int i = 0; i < n_nic_rates; i++)
+        if (strcmp(nic_rates[i].uuid, g->uuid) == 0) return nic_rates[i].gbps;
+    return -1;
 }
 
 /* ---- what NVML and the environment show ---- */
@@ -356,6 +390,13 @@ static double nvlink_speed(const struct gpu *g)
 
 static double min2(double a, double b) { return a < b ? a : b; }
 
+/* GPUDirect RDMA through the GPU's own NIC, else the topology's network speed per GPU */
+static double rdma_gbps(const struct gpu *g)
+{
+    double nic = nic_gbps(g);
+    return nic > 0 ? nic : network_gbps;
+}
+
 static const char *pair(const struct gpu *a, const struct gpu *b, double *value)
 {
     *value = -1;
@@ -379,7 +420,7 @@ static const char *pair(const struct gpu *a, const struct gpu *b, double *value)
         *value = min2(nvlink_speed(a), nvlink_speed(b));
         return "nvlink-fabric";
     }
-    *value = network_gbps / 8;
+    *value = min2(rdma_gbps(a), rdma_gbps(b)) / 8;
     return "network";
 }
 
@@ -395,7 +436,8 @@ static void print_json(int rank, int world)
         printf("%s\n  {\"rank\": %d, \"node\": \"%s\", \"index\": %d, \"uuid\": \"%s\", "
                "\"name\": \"%s\", \"clique\": %s%s%s, \"compute_domain\": %s%s%s, "
                "\"imex_channel\": %s, \"imex_daemon\": %s, \"nvlink_version\": %d, "
-               "\"links_up\": %d, \"fabric_degraded\": %s}", k ? "," : "", g->rank, g->node,
+               "\"links_up\": %d, \"fabric_degraded\": %s, \"nic_gbps\": ", k ? "," : "",
+               g->rank, g->node,
                g->index, g->uuid,
                g->name, strcmp(g->clique, "-") ? "\"" : "", strcmp(g->clique, "-") ? g->clique
                : "null", strcmp(g->clique, "-") ? "\"" : "", strcmp(g->domain, "-") ? "\"" : "",
@@ -404,6 +446,8 @@ static void print_json(int rank, int world)
                g->imex_daemon < 0 ? "null" : g->imex_daemon ? "true" : "false",
                g->nvlink_version, g->links_up,
                g->degraded ? "true" : "false");
+        if (nic_gbps(g) > 0) printf("%g}", nic_gbps(g));
+        else printf("null}");
     }
     printf("],\n \"rows\": [");
     int first = 1;
@@ -437,7 +481,8 @@ int main(int argc, char **argv)
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             puts("nvbandwidth (fakegpu): a SIMULATION of NVIDIA's nvbandwidth; no data is moved.\n"
                  "usage: nvbandwidth [--rank R --peers HOST:PORT,...] [--port P] [--node NAME]\n"
-                 "                   [--network-gbps G] [--link-gbps GEN=GBPS,...] [--timeout S]");
+                 "                   [--network-gbps G] [--nic-gbps UUID=GBPS,...]\n"
+                 "                   [--link-gbps GEN=GBPS,...] [--timeout S]");
             return 0;
         }
         if (!v) die(EXIT_USAGE, "%s needs a value (see --help)", a);
@@ -445,6 +490,7 @@ int main(int argc, char **argv)
         if (strcmp(a, "--peers") == 0) { peers = v; continue; }
         if (strcmp(a, "--node") == 0) { node = v; continue; }
         if (strcmp(a, "--link-gbps") == 0) { table = v; continue; }
+        if (strcmp(a, "--nic-gbps") == 0) { parse_nic_rates(v); continue; }
         char *end;
         if (strcmp(a, "--rank") == 0) rank = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--port") == 0) port = (int)strtol(v, &end, 10);
