@@ -1,7 +1,7 @@
 """The NIC driver on a DGX H100: a claim for a GPU and a NIC with ``matchAttribute:
 resource.kubernetes.io/pcieRoot`` gets a GPU and its compute NIC under one root; the pod sees
 the NIC as a network interface (its name and MAC as the slice publishes them, with its
-address) and its RDMA verbs node; the claim's status carries the interface's network data,
+address, and the MTU where the driver publishes one) and its RDMA verbs node; the claim's status carries the interface's network data,
 the addresses the pod sees. A storage NIC shares a
 root with no GPU, so asking for one beside a GPU under one root stays pending. A
 ``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
@@ -25,6 +25,7 @@ from fakegpu.testkit.nics import (
     addresses,
     assert_pending,
     interfaces,
+    mtu,
     rdma_nodes,
     running_claim,
     start_pod,
@@ -50,6 +51,8 @@ def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
     assert seen.get(name) == mac, seen
     ips = addresses(core_v1, namespace, "gpu-nic", name)
     assert ips, f"interface {name} has no address in the pod"
+    if nic_words.mtu:  # a driver that publishes the MTU: the pod's interface has it
+        assert mtu(core_v1, namespace, "gpu-nic", name) == attribute_value(nic, nic_words.mtu)
     verbs = rdma_nodes(core_v1, namespace, "gpu-nic")
     assert len(verbs) == 1 and "uverbs" in verbs[0] and " 231," in verbs[0], verbs
     # The claim's status: the NIC driver's entry with the network data the pod sees.

@@ -188,7 +188,7 @@ class NicDriver:
                 return PrepareResult(done)
             try:
                 for nic, link in links:
-                    netdev.create(link, nic.mac, nic.ips)
+                    netdev.create(link, nic.mac, nic.ips, nic.mtu)
                 if self.cfg.write_status and (error := write_device_status(
                         self._claims, claim, ref, self.cfg.driver,
                         status_entries(self.cfg.driver, self.cfg.node, claim, self._version,

@@ -50,13 +50,15 @@ def exists(name: str) -> bool:
     return _ip("link", "show", "dev", name).returncode == 0
 
 
-def create(link: HostLink, mac: str, ips: tuple[str, ...] = ()) -> None:
-    """Make the pair afresh (a killed prepare's leftover goes first), the port holding the
-    NIC's addresses: the runtime keeps an interface's permanent addresses when it moves it
-    into the pod (OCI runtime spec, ``linux.netDevices``), as a host NIC keeps its own."""
+def create(link: HostLink, mac: str, ips: tuple[str, ...] = (), mtu: int = 0) -> None:
+    """Make the pair afresh (a killed prepare's leftover goes first), the port with the NIC's
+    MTU (0: the kernel's default) and addresses: the runtime keeps an interface's attributes
+    and permanent addresses when it moves it into the pod (OCI runtime spec,
+    ``linux.netDevices``), as a host NIC keeps its own."""
     remove(link)
-    for args in (("link", "add", link.port, "address", mac, "type", "veth", "peer", "name",
-                  link.wire),
+    size = ("mtu", str(mtu)) if mtu > 0 else ()
+    for args in (("link", "add", link.port, *size, "address", mac, "type", "veth", "peer",
+                  "name", link.wire, *size),
                  *(("address", "add", ip, "dev", link.port) for ip in ips),
                  ("link", "set", "dev", link.wire, "up")):
         res = _ip(*args)

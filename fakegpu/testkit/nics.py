@@ -55,6 +55,11 @@ class NicWords:
         return f"{drivers.DRANET}/mac" if self.dranet else "macAddress"
 
     @property
+    def mtu(self) -> str | None:
+        """The attribute holding the interface's MTU (DRANET's; fakegpu's own publishes none)."""
+        return f"{drivers.DRANET}/mtu" if self.dranet else None
+
+    @property
     def link_down_taint(self) -> str:
         return f"{self.driver}/link-down"
 
@@ -95,6 +100,12 @@ def interfaces(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, s
     out = k8s.exec_in_pod(core, namespace, pod, [
         "sh", "-c", "for i in /sys/class/net/*; do echo \"${i##*/} $(cat $i/address)\"; done"])
     return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+
+
+def mtu(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str) -> int:
+    """The interface's MTU as the pod's /sys/class/net shows it."""
+    out = k8s.exec_in_pod(core, namespace, pod, ["cat", f"/sys/class/net/{interface}/mtu"])
+    return int(out.stdout.strip())
 
 
 def addresses(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str) -> list[str]:

@@ -25,7 +25,7 @@ import pytest
 from fakegpu import drivers
 from fakegpu import wait as waiting
 from fakegpu.kubeletplugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
-from fakegpu.nic import discovery
+from fakegpu.nic import discovery, netdev
 from fakegpu.nvml import sysfs
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.packaged import resolve_topology
@@ -139,6 +139,14 @@ def test_dranet_names_published_and_a_claim_prepared_under_them(
         assert (status["driver"], status["device"]) == (DRIVER, name)
         assert status["networkData"] == {"interfaceName": "ibp21s0", "hardwareAddress": ib.mac,
                                          "ips": list(ib.ips)} and ib.ips
+        # The port the runtime will move: the NIC's MAC, MTU (IPoIB 4092) and addresses.
+        port = netdev.host_link(str(dra.parents[3] / "state"), name).port
+        shown = subprocess.run(["ip", "-o", "addr", "show", "dev", port], capture_output=True,
+                               text=True, check=True).stdout
+        link = subprocess.run(["ip", "-o", "link", "show", "dev", port], capture_output=True,
+                              text=True, check=True).stdout
+        assert ib.mtu == 4092 and f" mtu {ib.mtu} " in link and ib.mac in link, link
+        assert f"inet {ib.ips[0]} " in shown, shown
         gone = stub.NodeUnprepareResources(
             dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]), timeout=30).claims[uid]
         assert gone.error == ""
