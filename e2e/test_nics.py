@@ -1,9 +1,9 @@
 """The NIC driver on a DGX H100: a claim for a GPU and a NIC with ``matchAttribute:
 resource.kubernetes.io/pcieRoot`` gets a GPU and its compute NIC under one root; the pod sees
 the NIC as a network interface (its name and MAC as the slice publishes them, with its
-address, and the MTU where the driver publishes one) and its RDMA verbs node; the claim's status carries the interface's network data,
-the addresses the pod sees. A storage NIC shares a
-root with no GPU, so asking for one beside a GPU under one root stays pending. A
+address, and the MTU where the driver publishes one) and its RDMA verbs node; the claim's
+status carries the interface's network data, the addresses the pod sees. A storage NIC shares
+a root with no GPU, so asking for one beside a GPU under one root stays pending. A
 ``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
 
 Observes only the API (slices, the claim, the pod's conditions) and what the pod sees, in the
