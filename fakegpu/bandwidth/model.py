@@ -17,7 +17,7 @@ Figures are in GB/s, one direction, at the rated speed (no protocol overhead):
   the job starts reaches other nodes over the network (its own node's NVLink stays). A pod
   not told where its daemon is (no ``FAKEGPU_IMEX_DAEMON``) is judged by its channel alone;
 - any other pair of two nodes: ``network``, GPUDirect RDMA through each GPU's compute NIC
-  (``PcieTree.gpu_nic``: the nearest by PCIe distance): the slower of the two NICs' link
+  (``PcieTree.gpu_nics``: the nearest by PCIe distance): the slower of the two NICs' link
   speeds / 8; a GPU without a known NIC counts the topology's ``network.gbps_per_gpu``;
 - GPUs of one node without an NVLink path: ``pcie``, not modelled (no figure).
 
@@ -167,8 +167,7 @@ def nic_rates(topology: Topology) -> dict[str, float]:
     for node in topology.nodes:
         if node.pcie is None:
             continue
-        for gpu in node.gpus:
-            nic = node.pcie.gpu_nic(gpu.index, len(node.gpus))
+        for gpu, nic in zip(node.gpus, node.pcie.gpu_nics(len(node.gpus)), strict=True):
             if nic is not None:
                 rates[gpu.uuid] = node.pcie.nics[nic].gbps
     return rates

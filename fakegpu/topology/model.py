@@ -209,32 +209,31 @@ class PcieTree:
     def nic_switch(self, nic: int) -> int | None:
         return next((i for i, sw in enumerate(self.switches) if nic in sw.nics), None)
 
-    def gpu_nic(self, gpu: int, gpus: int) -> int | None:
-        """The compute NIC GPU ``gpu`` (of ``gpus`` on the node) sends GPUDirect RDMA through,
-        as NCCL picks it: the nearest by PCIe distance, under its switch, else its root
-        complex, else its NUMA node; GPUs with the same nearest NICs share them out in index
-        order (DGX A100: two GPUs and two NICs per switch; GB200: two per Grace CPU)."""
+    def gpu_nics(self, gpus: int) -> tuple[int | None, ...]:
+        """For each of the node's ``gpus`` GPUs, the compute NIC it sends GPUDirect RDMA
+        through, as NCCL picks it: the nearest by PCIe distance, under its switch, else its
+        root complex, else its NUMA node; GPUs with the same nearest NICs share them out in
+        index order (DGX A100: two GPUs and two NICs per switch; GB200: two per Grace CPU).
+        None for a GPU the tree does not place or with no compute NIC near it."""
+        compute = [i for i, n in enumerate(self.nics) if n.role is NicRole.COMPUTE]
+        places = [(self.nic_switch(i), self.nic_root(i)) for i in compute]
+
         def nearest(g: int) -> tuple[int, ...]:
-            root = self.gpu_root(g)
+            root, switch = self.gpu_root(g), self.gpu_switch(g)
             if root is None:
                 return ()
-            switch = self.gpu_switch(g)
-            compute = [i for i, n in enumerate(self.nics) if n.role is NicRole.COMPUTE]
-            # (under its switch, under its root, on its NUMA node) per NIC: nearest tier first
-            tiers = [[switch is not None and self.nic_switch(i) == switch for i in compute],
-                     [self.nic_root(i).name == root.name for i in compute],
-                     [self.nic_root(i).numa_node == root.numa_node for i in compute]]
+            # Per NIC: (under its switch, under its root, on its NUMA node); nearest tier first.
+            tiers = zip(*[(switch is not None and sw == switch, r.name == root.name,
+                           r.numa_node == root.numa_node) for sw, r in places], strict=True)
             for tier in tiers:
                 found = tuple(i for i, near in zip(compute, tier, strict=True) if near)
                 if found:
                     return found
             return ()
 
-        mine = nearest(gpu)
-        if not mine:
-            return None
-        sharing = [g for g in range(gpus) if nearest(g) == mine]
-        return mine[sharing.index(gpu) % len(mine)]
+        wanted = [nearest(g) for g in range(gpus)]
+        return tuple(mine[wanted[:g].count(mine) % len(mine)] if mine else None
+                     for g, mine in enumerate(wanted))
 
 
 @dataclass(frozen=True)

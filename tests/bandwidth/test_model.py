@@ -145,8 +145,7 @@ def test_a_gpu_sends_through_its_nearest_compute_nic() -> None:
         node = load_topology(FIXTURES / f"{name}.yaml").nodes[0]
         assert node.pcie is not None
         out = []
-        for g in node.gpus:
-            nic = node.pcie.gpu_nic(g.index, len(node.gpus))
+        for g, nic in zip(node.gpus, node.pcie.gpu_nics(len(node.gpus)), strict=True):
             assert nic is not None
             card = node.pcie.nics[nic]
             assert card.role is NicRole.COMPUTE

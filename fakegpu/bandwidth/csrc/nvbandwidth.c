@@ -446,7 +446,8 @@ static void print_json(int rank, int world)
                g->imex_daemon < 0 ? "null" : g->imex_daemon ? "true" : "false",
                g->nvlink_version, g->links_up,
                g->degraded ? "true" : "false");
-        if (nic_gbps(g) > 0) printf("%g}", nic_gbps(g));
+        double nic = nic_gbps(g);
+        if (nic > 0) printf("%g}", nic);
         else printf("null}");
     }
     printf("],\n \"rows\": [");

@@ -29,7 +29,7 @@ DIST = "fakegpu"
 _BUILD_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 # In the package directory, what a build makes (MANIFEST.in keeps it out of the sdist too):
 # made again from the hashed sources, so it adds nothing to what the wheel is made of.
-_BUILT_DIRS = ("nvml/lib", "nvidiasmi/bin", "bandwidth/bin", "podresources/bin")
+_BUILT_DIRS = ("nvml/lib/", "nvidiasmi/bin/", "bandwidth/bin/", "podresources/bin/")
 _BUILT_SUFFIXES = (".pyc", ".so", "_pb2.py", "_pb2_grpc.py")
 # What pip writes at install time and a wheel does not carry (RECORD is written anew).
 _INSTALL_ONLY = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
@@ -71,7 +71,7 @@ def source_digest() -> str:
 def _is_source(f: Path, package: Path) -> bool:
     rel = f.relative_to(package).as_posix()
     return ("__pycache__" not in f.parts and not f.name.endswith(_BUILT_SUFFIXES)
-            and ".so." not in f.name and not rel.startswith(tuple(d + "/" for d in _BUILT_DIRS)))
+            and ".so." not in f.name and not rel.startswith(_BUILT_DIRS))
 
 
 def build(out: Path, console: Console) -> Path:
