@@ -27,6 +27,7 @@ from kubernetes.utils.quantity import parse_quantity
 from fakegpu import drivers
 from fakegpu.cluster import external, get_provider, nodenvml
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.nvml.sysfs import bus_id
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     ResourceApi,
@@ -37,6 +38,7 @@ from fakegpu.testkit.dra import (
 )
 from fakegpu.testkit.quickstart import Quickstart
 from fakegpu.testkit.wait import NotYet, wait_for
+from fakegpu.topology.load import load_topology
 from fakegpu.topology.packaged import FIXTURES
 
 # Not `e2e`: that marker brings up the session's cluster (fakegpu's plugin) for every test, and
@@ -45,6 +47,7 @@ from fakegpu.topology.packaged import FIXTURES
 pytestmark = pytest.mark.integration
 
 DRIVER = drivers.NVIDIA
+STANDARD = "resource.kubernetes.io"
 NODE = "nv-0"
 MANIFESTS = Path(__file__).resolve().parent / "nvidia" / "manifests"
 QUICKSTART_IMAGES = ("ubuntu:22.04", "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
@@ -126,6 +129,30 @@ def test_nvidias_plugin_publishes_what_nvml_reports(nvidia_cluster: ClusterInfo,
     gpus, migs = nvml_uuids(nvidia_cluster)
     assert by_type.get("gpu") == gpus, published
     assert by_type.get("mig") == migs, published
+
+
+def test_nvidias_plugin_publishes_where_each_gpu_sits(nvidia_cluster: ClusterInfo,
+                                                      api: Any) -> None:
+    """NVIDIA's plugin reads a GPU's PCIe root and NUMA node from /sys (deviceattribute,
+    go-nvlib), not from NVML: on each node it finds the topology's tree there (the sysfs view
+    pluginhost shows it) and publishes the standard attributes of the GPU at that bus id
+    (before, it published neither)."""
+    topology = load_topology(TOPOLOGY)
+    checked = 0
+    for s in ResourceApi(api).slices(DRIVER):
+        node = topology.node(s["spec"]["nodeName"])
+        assert node.pcie is not None, node.name
+        roots = {bus_id(g.pci): node.pcie.gpu_root(g.index) for g in node.gpus}
+        for d in s["spec"].get("devices") or ():
+            if attribute_value(d, "type") != "gpu":
+                continue
+            root = roots[str(attribute_value(d, f"{STANDARD}/pciBusID"))]
+            assert root is not None
+            assert attribute_value(d, f"{STANDARD}/pcieRoot") == root.name, d
+            # numaNode: main publishes it for every GPU; v25.12 and v0.4 for VFIO devices only.
+            assert attribute_value(d, f"{STANDARD}/numaNode") in (root.numa_node, None), d
+            checked += 1
+    assert checked == sum(1 for n in topology.nodes for g in n.gpus if not g.mig.enabled)
 
 
 def _pod(name: str, template: str, image: str, script: str) -> dict[str, Any]:

@@ -8,9 +8,10 @@ and takes that first component as ``resource.kubernetes.io/pcieRoot``; the NUMA 
 device directory's ``numa_node`` file. A fake GPU has no sysfs node, so the node's fake host
 gets one: ``<state>.sysfs/`` laid out like ``/sys`` for the topology's tree (root complex,
 root port, switch upstream and downstream ports, the endpoint), with ``vendor``, ``device``,
-``class`` and ``numa_node`` in each GPU's and NIC's directory and the ``bus/pci/devices``
-links. Bridge names below the root are illustrative; the root's and endpoints' are the
-topology's. A node without a known tree gets no view, and its GPUs publish no root.
+``class`` and ``numa_node`` in each GPU's and NIC's directory (and a GPU's ``resource``) and
+the ``bus/pci/devices`` links. Bridge names below the root are illustrative; the root's and
+endpoints' are the topology's. A node without a known tree gets no view, and its GPUs publish
+no root.
 
 A NIC's directory holds what a network driver reads there: ``net/<interface>/address`` (the
 MAC, ``mac``), ``net/<interface>/speed`` (Mb/s, as the kernel writes it), for an RDMA port
@@ -51,6 +52,8 @@ NIC_DEVICE = {"ConnectX-6": "0x101b", "ConnectX-7": "0x1021", "BlueField-3": "0x
 ARPHRD = {"en": 1, "ib": 32}
 DEFAULT_MTU = {"en": 1500, "ib": 4092}
 UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192  # /dev/infiniband/uverbs<N>: char 231:192+N
+# IORESOURCE_MEM | SIZEALIGN; and | PREFETCH | MEM_64, as the kernel flags a GPU's BARs.
+MMIO_FLAGS, PREFETCH64_FLAGS = 0x40200, 0x14220C
 ROLE_FILE = "fakegpu_role"
 ADDRESSES_FILE = "fakegpu_addresses"
 
@@ -71,6 +74,24 @@ def path_for(state: str | Path) -> Path:
 def bus_id(address: PciAddress) -> str:
     """sysfs spells bus ids in lowercase with a 4-digit domain: ``0000:18:00.0``."""
     return address.bus_id_legacy.lower()
+
+
+def gpu_resource(bus: int, memory_mib: int) -> str:
+    """A GPU's ``resource`` file: the kernel's line per region (start, end, flags; 6 BARs, the
+    ROM, 6 SR-IOV BARs), the regions of a data-centre GPU: BAR0 16 MiB of registers, BAR1
+    (64-bit, prefetchable) the framebuffer rounded up to a power of two, BAR3 32 MiB. go-nvlib
+    (NVIDIA's plugin) refuses a GPU without the file, and with it its NUMA node. The addresses
+    are illustrative, one window per bus so no two GPUs overlap."""
+    bar1 = 1 << max(memory_mib - 1, 1).bit_length() + 20
+    window = (0x100 + bus) << 39
+    regions = {0: (bus << 24, 16 << 20, MMIO_FLAGS), 1: (window, bar1, PREFETCH64_FLAGS),
+               3: (window + (1 << 38), 32 << 20, PREFETCH64_FLAGS)}
+    lines = []
+    for i in range(13):
+        start, size, flags = regions.get(i, (0, 0, 0))
+        end = start + size - 1 if size else 0
+        lines.append(f"0x{start:016x} 0x{end:016x} 0x{flags:016x}")
+    return "\n".join(lines)
 
 
 def render(node: Node, target: str | Path) -> Path | None:
@@ -107,7 +128,8 @@ def render(node: Node, target: str | Path) -> Path | None:
     def gpu_files(index: int, root: PcieRoot) -> dict[str, str]:
         gpu = node.gpus[index]
         return {"vendor": NVIDIA_VENDOR, "device": f"0x{gpu.product.pci_device_id:04x}",
-                "class": GPU_CLASS, "numa_node": str(root.numa_node)}
+                "class": GPU_CLASS, "numa_node": str(root.numa_node),
+                "resource": gpu_resource(gpu.pci.bus, gpu.product.memory_mib)}
 
     rdma_ports = [n.name for n in tree.nics if n.rdma]
 

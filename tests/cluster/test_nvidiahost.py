@@ -251,6 +251,61 @@ def test_the_running_plugin_sees_an_instance_made_after_it_started(node_state: P
     assert f"{caps}/gpu0/mig/gi{gi}/ci{ci}/access" in out.splitlines(), out
 
 
+# Where each GPU sits, read the way NVIDIA's plugin reads it: the PCI bus id from NVML, then
+# /sys as k8s.io/dynamic-resource-allocation's deviceattribute (the link's text) and go-nvlib's
+# nvpci (numa_node, resource) read it, without FAKEGPU_SYSFS.
+WHERE_GPUS_SIT = """
+import json, os, pynvml as n
+os.environ.pop("FAKEGPU_SYSFS", None)
+n.nvmlInit()
+out = {}
+for i in range(n.nvmlDeviceGetCount()):
+    bus = n.nvmlDeviceGetPciInfo(n.nvmlDeviceGetHandleByIndex(i)).busId
+    bus = (bus.decode() if isinstance(bus, bytes) else bus)[-12:].lower()
+    link = os.path.join("/sys/bus/pci/devices", bus)
+    target = os.readlink(link)
+    read = lambda name: open(os.path.join(link, name)).read().strip()
+    out[bus] = {"target": target, "numa": read("numa_node"), "vendor": read("vendor"),
+                "bars": [l.split() for l in read("resource").splitlines()],
+                "system": os.path.isdir("/sys/devices/system/cpu")}
+print(json.dumps(out))
+"""
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_the_plugin_reads_where_each_gpu_sits_from_sys(node_state: Path, tmp_path: Path) -> None:
+    """NVIDIA's plugin publishes pcieRoot and numaNode from /sys, not from NVML: in its
+    namespace /sys shows the node's PCIe tree, the same roots and NUMA nodes fakegpu's own
+    plugin publishes from the view; the host's /sys is untouched."""
+    from fakegpu.kubeletplugin import pcie
+    from fakegpu.nvml import sysfs
+
+    host_links = sorted(os.listdir("/sys/bus/pci/devices"))
+    script = tmp_path / "where.py"
+    script.write_text(WHERE_GPUS_SIT)
+    argv = wrapper_argv(tmp_path / "nvhost", node_state, [sys.executable, str(script)])
+    proc = subprocess.run(argv, env={**os.environ, **nvml_env.env(node_state)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    view = str(sysfs.path_for(node_state))
+    gpus = load_topology(FIXTURE).node(NODE).gpus
+    assert len(seen) == len(gpus)
+    for bus, found in seen.items():
+        parts = found["target"].split("/")
+        # deviceattribute: relative to bus/pci/devices, into devices/pci<root>/.../<bus id>
+        assert parts[:4] == ["..", "..", "..", "devices"] and parts[-1] == bus, found
+        assert parts[4] == pcie.pcie_root(bus, sysfs.NVIDIA_VENDOR, view) != ""
+        assert int(found["numa"]) == pcie.numa_node(bus, sysfs.NVIDIA_VENDOR, view)
+        assert found["vendor"] == sysfs.NVIDIA_VENDOR
+        gpu = next(g for g in gpus if sysfs.bus_id(g.pci) == bus)
+        start, end, _ = (int(v, 16) for v in found["bars"][1])
+        assert len(found["bars"]) == 13 and end - start + 1 >= gpu.product.memory_mib << 20
+        assert found["system"]  # the host's own devices stay in view
+    assert sorted(os.listdir("/sys/bus/pci/devices")) == host_links
+
+
 CREATE_CHECK_DESTROY = MAKE_1G + """
 caps = os.environ.get("CAPS_ROOT") or os.environ["FAKEGPU_NVML_CAPS_DIR"]
 g, c = n.nvmlGpuInstanceGetInfo(gi).id, n.nvmlComputeInstanceGetInfo(ci).id

@@ -8,10 +8,12 @@
 In that mount namespace of its own (private propagation: nothing leaks to the host or the
 other nodes) this builds the node's NVIDIA host directory from the NVML state
 (``nvidiahost``), binds its ``proc/driver`` over ``/proc/driver`` and its ``proc/devices`` over
-``/proc/devices``, starts the plugin as a child and, while it runs, keeps the MIG capability
-files current: the plugin's own creates write them at once (the library, given
-FAKEGPU_NVML_CAPS_DIR), and for other writers this polls the state file's generation (a seqlock
-bumped by every write) and re-syncs when it moved. A signal to the process group
+``/proc/devices``, shows the node's sysfs view of its PCIe tree under ``/sys`` (where the
+plugin reads each GPU's PCIe root and NUMA node: ``show_pcie_tree``), starts the plugin as a
+child and, while it runs, keeps the MIG capability files current: the plugin's own creates
+write them at once (the library, given FAKEGPU_NVML_CAPS_DIR), and for other writers this
+polls the state file's generation (a seqlock bumped by every write) and re-syncs when it
+moved. A signal to the process group
 (``process.terminate``) reaches the plugin too; this exits with the plugin's status.
 
 Nodes without GPUs (no state file) get no host directory: the plugin runs as it is.
@@ -41,22 +43,62 @@ def wrapper_argv(host_dir: Path, state: Path | None, plugin: Sequence[str]) -> l
             "fakegpu.cluster.embedded.pluginhost", *own, "--", *plugin]
 
 
+def mount(*args: str | Path) -> None:
+    """``mount ARGS`` in this (the plugin's) mount namespace; a failure is one line."""
+    res = subprocess.run(["mount", *map(str, args)], capture_output=True, text=True,
+                         timeout=30, check=False)
+    if res.returncode != 0:
+        raise MissingPrerequisite(f"cannot mount {' '.join(map(str, args))} in the plugin's "
+                                  f"mount namespace: {res.stderr.strip()}")
+
+
+def show_pcie_tree(view: Path, stage: Path, sys_root: Path = Path("/sys")) -> None:
+    """Show the node's sysfs view of its PCIe tree at ``sys_root``, for this namespace only.
+
+    A plugin that reads where a GPU sits from sysfs (NVIDIA's: the link
+    ``/sys/bus/pci/devices/<bus id>`` into ``/sys/devices/pci<root>/...``, and ``numa_node``
+    there) must find the fake GPUs' bus ids there. sysfs takes no new directories, so
+    ``devices`` becomes a tmpfs holding the host's own entries again (bound back from
+    ``stage``: the CPUs, NUMA nodes and virtual devices stay as they were) beside the view's
+    root complexes, which replace a host root of the same name; ``bus/pci/devices`` is the
+    view's."""
+    devices = sys_root / "devices"
+    roots = {p.name for p in (view / "devices").iterdir()}
+    stage.mkdir(parents=True, exist_ok=True)
+    mount("--bind", devices, stage)
+    mount("-t", "tmpfs", "-o", "mode=0755", "fakegpu-sysfs-devices", devices)
+    for entry in sorted(stage.iterdir()):
+        if entry.name in roots:
+            continue
+        place = devices / entry.name
+        if entry.is_dir():
+            place.mkdir()
+        else:
+            place.touch()
+        mount("--bind", entry, place)
+    for root in sorted(roots):
+        (devices / root).mkdir()
+        mount("--bind", view / "devices" / root, devices / root)
+    mount("--bind", view / "bus" / "pci" / "devices", sys_root / "bus" / "pci" / "devices")
+    subprocess.run(["umount", str(stage)], capture_output=True, timeout=30, check=False)
+
+
 def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
-    """Build the host directory and bind it over /proc (in the current mount namespace)."""
+    """Build the host directory, bind it over /proc and the node's PCIe tree over /sys (in the
+    current mount namespace)."""
     from fakegpu import nvidiasmi
     from fakegpu.nvml import env as nvml_env
+    from fakegpu.nvml import sysfs
 
     facts = nh.read_facts(state)
     real_devices = Path("/proc/devices").read_text()
     nh.build(host, facts, library=nvml_env.library_path(), nvidia_smi=nvidiasmi.path(),
              host_proc_devices=real_devices, state=state)
-    for source, target in ((host.proc_driver, "/proc/driver"),
-                           (host.proc_devices, "/proc/devices")):
-        res = subprocess.run(["mount", "--bind", str(source), target], capture_output=True,
-                             text=True, timeout=30, check=False)
-        if res.returncode != 0:
-            raise MissingPrerequisite(f"cannot bind {source} over {target} in the plugin's "
-                                      f"mount namespace: {res.stderr.strip()}")
+    mount("--bind", host.proc_driver, "/proc/driver")
+    mount("--bind", host.proc_devices, "/proc/devices")
+    view = sysfs.path_for(state)
+    if view.is_dir():  # a node with a known tree
+        show_pcie_tree(view, host.root / "sys-devices")
     return facts
 
 
