@@ -4,7 +4,8 @@ the NIC as a network interface (its name and MAC as the slice publishes them, wi
 address, and the MTU where the driver publishes one) and its RDMA verbs node; the claim's
 status carries the interface's network data, the addresses the pod sees. A storage NIC shares
 a root with no GPU, so asking for one beside a GPU under one root stays pending. A
-``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint.
+``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint. A pod using
+the NIC sees its interface lose its carrier during the fault and regain it after.
 
 Observes only the API (slices, the claim, the pod's conditions) and what the pod sees, in the
 words of the cluster's NIC driver: fakegpu's, or DRANET's (the NVIDIA-compatible pass runs
@@ -24,6 +25,7 @@ from fakegpu.testkit.nics import (
     NicWords,
     addresses,
     assert_pending,
+    carrier,
     interfaces,
     mtu,
     rdma_nodes,
@@ -97,3 +99,27 @@ def test_nic_link_down_taints_the_nic_and_clearing_lifts_it(
         faults.nic_link(fakegpu_cluster, node, name, up=True)
     wait_for(until_true(lambda: _taints(resource_api, driver, node, nic["name"]) == []),
              what=f"the taint on {name} to be lifted", timeout=60)
+
+
+def test_a_running_pod_sees_its_nic_lose_its_link_and_get_it_back(
+    fakegpu_cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,
+    namespace: str, nic_words: NicWords,
+) -> None:
+    """The fault reaches the interface the pod already has, not only the slice: the pod's
+    ``carrier`` goes to 0 (``ip link``: NO-CARRIER) and comes back when the fault is cleared.
+    The NIC is this pod's, so its taint changes no other test's allocation."""
+    start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic-fault", PCIE_ROOT)
+    claim, _gpu, nic = running_claim(fakegpu_cluster, core_v1, resource_api, namespace,
+                                     "gpu-nic-fault")
+    name = str(attribute_value(nic, nic_words.interface))
+    [node] = {e["pool"] for e in claim["status"]["allocation"]["devices"]["results"]
+              if e["driver"] == nic_words.driver}
+    assert carrier(core_v1, namespace, "gpu-nic-fault", name)
+    faults.nic_link(fakegpu_cluster, node, name, up=False)
+    try:
+        wait_for(until_true(lambda: not carrier(core_v1, namespace, "gpu-nic-fault", name)),
+                 what=f"the pod's {name} to lose its carrier", timeout=60)
+    finally:
+        faults.nic_link(fakegpu_cluster, node, name, up=True)
+    wait_for(until_true(lambda: carrier(core_v1, namespace, "gpu-nic-fault", name)),
+             what=f"the pod's {name} to get its carrier back", timeout=60)

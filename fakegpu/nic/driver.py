@@ -109,6 +109,7 @@ class NicDriver:
         self.cfg = cfg
         self._claims, self._nics, self._version = claims, nics, version
         self._records = Records(cfg.state_dir)
+        self._wires: dict[str, bool] = {}  # node-side ends set up (True) or down, by name
         self._lock = StateLock(cfg.state_dir, LOCK_TIMEOUT_S)
         try:
             with self._lock.cleanup():
@@ -189,6 +190,9 @@ class NicDriver:
             try:
                 for nic, link in links:
                     netdev.create(link, nic.mac, nic.ips, nic.mtu)
+                    if not nic.link_up:  # prepared during a fault (a pod tolerating it)
+                        netdev.set_wire(link, False)
+                    self._wires[link.wire] = nic.link_up
                 if self.cfg.write_status and (error := write_device_status(
                         self._claims, claim, ref, self.cfg.driver,
                         status_entries(self.cfg.driver, self.cfg.node, claim, self._version,
@@ -211,6 +215,31 @@ class NicDriver:
                  ",".join(f"{n.name}->{link.port}" for n, link in links))
         return PrepareResult(prepared)
 
+    def follow_links(self, nics: Sequence[Nic]) -> None:
+        """Carry each NIC's link state (sysfs carrier; a ``nic-link-down`` fault and its
+        clearing) to the interfaces of claims prepared on it, so a running pod sees its link
+        go and come back. Called with every rediscovery; only changes reach ``ip``."""
+        up = {self._name(n): n.link_up for n in nics}
+        try:
+            with self._lock.commit():  # not beside a prepare or unprepare of the same pair
+                for record in self._records.all().values():
+                    for device in record.devices:
+                        self._follow(record, device.device_name, up.get(device.device_name, True))
+        except LockTimeout as err:
+            log.warning("links not followed this time: %s", err)
+
+    def _follow(self, record: PreparedClaim, device: str, want: bool) -> None:
+        link = self._link(device)
+        if self._wires.get(link.wire) == want:
+            return
+        try:
+            if netdev.set_wire(link, want):
+                log.info("claim=%s/%s device=%s: link %s", record.namespace, record.name,
+                         device, "up" if want else "down")
+            self._wires[link.wire] = want
+        except netdev.NetdevError as err:
+            log.error("claim uid=%s: %s", record.uid, err)
+
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim UID -> error ("" on success). Unknown claims succeed: nothing to undo."""
         results = {}
@@ -219,7 +248,9 @@ class NicDriver:
                 with self._lock.commit():
                     record = self._records.get(ref.uid)
                     for device in record.devices if record else ():
-                        netdev.remove(self._link(device.device_name))
+                        link = self._link(device.device_name)
+                        netdev.remove(link)
+                        self._wires.pop(link.wire, None)
                     self._records.remove(ref.uid)
                     cdispec.remove_spec(self.cfg.cdi_root,
                                         cdispec.spec_filename(self.cfg.driver, ref.uid))

@@ -2,10 +2,12 @@
 
 A veth pair stands for the port and its cable: the container end (with the NIC's MAC) is what
 the runtime moves into the pod's network namespace and renames to the NIC's interface name
-(CDI ``netDevices``, OCI ``linux.netDevices``); the other end stays on the node, up, as the
-link's far side. A veth, not a ``dummy`` link: kernels without the dummy driver (this project's
-CI VM) have veth, and the kernel destroys both ends when the pod's namespace goes, so nothing
-is left behind by a pod; unprepare deletes the pair when the pod never took it.
+(CDI ``netDevices``, OCI ``linux.netDevices``); the other end stays on the node as the link's
+far side, up while the NIC has a link (a ``nic-link-down`` fault takes it down: the pod's
+interface then has no carrier). A veth, not a ``dummy`` link: kernels without the dummy
+driver (this project's CI VM) have veth, and the kernel destroys both ends when the pod's
+namespace goes, so nothing is left behind by a pod; unprepare deletes the pair when the pod
+never took it.
 
 Host names are unique per node and NIC (embedded nodes share the host's network namespace):
 ``fn`` + 11 hex digits of a hash of the node's state directory and the device, ``w`` added
@@ -65,6 +67,19 @@ def create(link: HostLink, mac: str, ips: tuple[str, ...] = (), mtu: int = 0) ->
         if res.returncode != 0:
             remove(link)
             raise NetdevError(f"ip {' '.join(args)}: {res.stderr.strip() or res.returncode}")
+
+
+def set_wire(link: HostLink, up: bool) -> bool:
+    """Bring the node's end of the pair up or down: a pod's end loses its carrier while its
+    peer is down (``NO-CARRIER``, operstate down), as a port whose cable is pulled does.
+    False when the pair is gone (its pod's namespace took both ends)."""
+    res = _ip("link", "set", "dev", link.wire, "up" if up else "down")
+    if res.returncode != 0:
+        if not exists(link.wire):
+            return False
+        raise NetdevError(f"ip link set dev {link.wire} {'up' if up else 'down'}: "
+                          f"{res.stderr.strip()}")
+    return True
 
 
 def remove(link: HostLink) -> None:

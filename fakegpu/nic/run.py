@@ -44,8 +44,17 @@ class Options:
 
 
 class NicPublisher(PoolPublisher):
-    def __init__(self, kube: SliceApi, driver: str, node: str, interval_s: float) -> None:
+    """Publishes the NICs; each rediscovery first carries their links to prepared interfaces
+    (before the apiserver is asked: a fault reaches a pod while the apiserver is away too)."""
+
+    def __init__(self, kube: SliceApi, driver: str, node: str, interval_s: float,
+                 nic_driver: NicDriver) -> None:
         super().__init__(kube, driver, node, interval_s, name="nic-slice-publisher")
+        self._nic_driver = nic_driver
+
+    def sync(self) -> bool:
+        self._nic_driver.follow_links(discovery.discover())
+        return super().sync()
 
     def desired(self, version: str, generation: int,
                 owner: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -66,7 +75,8 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  state_dir=state_dir, cdi_root=opts.cdi_root,
                                  instance=opts.instance_id, write_status=opts.write_status),
                        kube, discovery.discover)
-    publisher = NicPublisher(kube, opts.driver_name, opts.node_name, opts.rediscover_interval_s)
+    publisher = NicPublisher(kube, opts.driver_name, opts.node_name, opts.rediscover_interval_s,
+                             driver)
     publisher.start()
     servers = PluginServers(driver, paths)
     log.info("serving driver=%s node=%s registration=%s dra=%s state=%s", opts.driver_name,

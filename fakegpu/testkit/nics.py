@@ -102,10 +102,23 @@ def interfaces(core: kclient.CoreV1Api, namespace: str, pod: str) -> dict[str, s
     return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
 
 
+def link_file(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str,
+              name: str) -> str:
+    """A file of the interface in the pod's /sys/class/net (``mtu``, ``carrier``,
+    ``operstate``)."""
+    out = k8s.exec_in_pod(core, namespace, pod, ["cat", f"/sys/class/net/{interface}/{name}"])
+    return out.stdout.strip()
+
+
 def mtu(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str) -> int:
     """The interface's MTU as the pod's /sys/class/net shows it."""
-    out = k8s.exec_in_pod(core, namespace, pod, ["cat", f"/sys/class/net/{interface}/mtu"])
-    return int(out.stdout.strip())
+    return int(link_file(core, namespace, pod, interface, "mtu"))
+
+
+def carrier(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str) -> bool:
+    """Whether the pod's interface has a link (its ``carrier``; ``ip link`` shows NO-CARRIER
+    without one)."""
+    return link_file(core, namespace, pod, interface, "carrier") == "1"
 
 
 def addresses(core: kclient.CoreV1Api, namespace: str, pod: str, interface: str) -> list[str]:

@@ -5,7 +5,7 @@ and unprepare over the plugin's socket).
 Under DRANET's name the plugin publishes DRANET's vocabulary: devices named for their PCI
 address, ``dra.net/*`` attributes beside the standard ``pcieRoot``/``numaNode``, and prepares
 a claim that names such a device (its interface handed over through CDI, the claim's network
-data written). The e2e NIC suite covers fakegpu's own vocabulary on both providers.
+data written), and carries a ``nic-link-down`` fault to the prepared interface. The e2e NIC suite covers fakegpu's own vocabulary on both providers.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def plugin(short_tmp: Path, apiserver: Path) -> Iterator[tuple[subprocess.Popen[
             [sys.executable, "-m", "fakegpu", "nic", "run", "--node", node.name,
              "--driver", DRIVER, "--kubeconfig", str(apiserver),
              "--kubelet-root", str(kubelet), "--cdi-root", str(short_tmp / "cdi"),
-             "--state-dir", str(short_tmp / "state"), "--grace-period", "5"],
+             "--state-dir", str(short_tmp / "state"), "--grace-period", "5",
+             "--rediscover-interval", "0.5"],
             env={**os.environ, sysfs.SYSFS_ENV: str(view)}, stdout=log,
             stderr=subprocess.STDOUT)
         try:
@@ -147,6 +148,15 @@ def test_dranet_names_published_and_a_claim_prepared_under_them(
                               text=True, check=True).stdout
         assert ib.mtu == 4092 and f" mtu {ib.mtu} " in link and ib.mac in link, link
         assert f"inet {ib.ips[0]} " in shown, shown
+        # A nic-link-down fault reaches the prepared interface: the port (up, as the runtime
+        # brings it up in the pod) loses its carrier, and gets it back when it is cleared.
+        subprocess.run(["ip", "link", "set", "dev", port, "up"], check=True)
+        carrier = Path(f"/sys/class/net/{port}/carrier")
+        wait_for(lambda: carrier.read_text().strip() == "1", "the port's carrier", proc)
+        sysfs.set_link(view, "ibp21s0", False)
+        wait_for(lambda: carrier.read_text().strip() == "0", "the fault to reach the port", proc)
+        sysfs.set_link(view, "ibp21s0", True)
+        wait_for(lambda: carrier.read_text().strip() == "1", "the port's link back", proc)
         gone = stub.NodeUnprepareResources(
             dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[ref]), timeout=30).claims[uid]
         assert gone.error == ""
