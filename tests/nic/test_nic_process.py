@@ -5,7 +5,8 @@ and unprepare over the plugin's socket).
 Under DRANET's name the plugin publishes DRANET's vocabulary: devices named for their PCI
 address, ``dra.net/*`` attributes beside the standard ``pcieRoot``/``numaNode``, and prepares
 a claim that names such a device (its interface handed over through CDI, the claim's network
-data written), and carries a ``nic-link-down`` fault to the prepared interface. The e2e NIC suite covers fakegpu's own vocabulary on both providers.
+data written), and carries a ``nic-link-down`` fault to the prepared interface. The e2e NIC
+suite covers fakegpu's own vocabulary on both providers.
 """
 
 from __future__ import annotations
