@@ -28,7 +28,7 @@ from fakegpu import drivers
 from fakegpu.cluster import external, get_provider, nodenvml
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.nvml.sysfs import bus_id
-from fakegpu.testkit import k8s
+from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.dra import (
     ResourceApi,
     allocation_results,
@@ -37,7 +37,7 @@ from fakegpu.testkit.dra import (
     published_device,
 )
 from fakegpu.testkit.quickstart import Quickstart
-from fakegpu.testkit.wait import NotYet, wait_for
+from fakegpu.testkit.wait import NotYet, until_true, wait_for
 from fakegpu.topology.load import load_topology
 from fakegpu.topology.packaged import FIXTURES
 
@@ -104,9 +104,9 @@ def ns(api: Any) -> Iterator[str]:
     yield from namespace(api, "e2e-nvidia-driver")
 
 
-def nvml_uuids(cluster: ClusterInfo) -> tuple[set[str], set[str]]:
+def nvml_uuids(cluster: ClusterInfo, node: str = NODE) -> tuple[set[str], set[str]]:
     """(UUIDs of whole GPUs with MIG off, UUIDs of MIG devices) as NVML reports them."""
-    out = nodenvml.run(cluster.name, NODE, ["smi", "-o", "json"], provider=cluster.provider)
+    out = nodenvml.run(cluster.name, node, ["smi", "-o", "json"], provider=cluster.provider)
     assert out.returncode == 0, out.stderr
     view = json.loads(out.stdout)
     gpus = {g["uuid"] for g in view["gpus"] if g["mig_mode"] != "Enabled"}
@@ -300,6 +300,61 @@ def test_a_time_sliced_gpu_is_prepared(nvidia_cluster: ClusterInfo, api: Any,
     (uuid,) = allocated_uuids(resource_api, core, ns, "p")
     listed = smi_listing(core, ns, "p")
     assert len(listed) == 1 and listed[0].endswith(f"(UUID: {uuid})"), listed
+
+
+# --- NVIDIA's health monitor ------------------------------------------------------------------
+
+HEALTH_NODE = "nv-1"  # one H100, whole: NVIDIA's monitor watches whole GPUs and static MIG
+
+
+@pytest.fixture(scope="module")
+def health_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """A cluster of its own: NVIDIA's taints are permanent (its plugin clears none until it
+    restarts), so they must not meet the other tests' claims."""
+    yield from nvidia_plugin_cluster(request, "nvh", ["--feature-gates=NVMLDeviceHealthCheck=true"])
+
+
+@pytest.fixture()
+def health_ns(health_cluster: ClusterInfo) -> Iterator[str]:
+    yield from namespace(k8s.new_api_client(health_cluster.kubeconfig), "e2e-nvidia-health")
+
+
+def gpu_taints(api: ResourceApi, node: str) -> list[tuple[str, str, str]]:
+    """(key, value, effect) of each taint on the whole GPU ``node``'s slice publishes."""
+    [gpu] = [d for s in api.slices(DRIVER) if s["spec"].get("nodeName") == node
+             for d in s["spec"].get("devices") or () if attribute_value(d, "type") == "gpu"]
+    return [(t["key"], t.get("value", ""), t["effect"])
+            for t in (gpu.get("basic") or gpu).get("taints") or ()]
+
+
+def test_an_xid_taints_the_gpu_through_nvidias_health_monitor(health_cluster: ClusterInfo,
+                                                               health_ns: str) -> None:
+    """A fault injected into the fake GPU reaches NVIDIA's own monitor as the NVML XID event
+    it waits for: its plugin republishes the GPU with its taint (``gpu.nvidia.com/xid``, the
+    XID as value; effect None for the XIDs it deems application errors, NoSchedule for the
+    others), and a claim for that GPU is then refused by the scheduler."""
+    api = k8s.new_api_client(health_cluster.kubeconfig)
+    resource_api, core = ResourceApi(api), kclient.CoreV1Api(api)
+    [uuid] = nvml_uuids(health_cluster, HEALTH_NODE)[0]
+    cel = f'device.attributes["{DRIVER}"].uuid == "{uuid}"'
+    resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+        "h100", [resource_api.device_request("gpu", DRIVER, cel=[cel])]), namespace=health_ns)
+    assert gpu_taints(resource_api, HEALTH_NODE) == []
+    faults.inject(health_cluster, HEALTH_NODE, 0, "xid", 13)  # an application error
+    wait_for(until_true(lambda: gpu_taints(resource_api, HEALTH_NODE) == [
+        (f"{DRIVER}/xid", "13", "None")]), what="a taint for XID 13", timeout=60)
+    # Effect None informs and blocks nothing: a pod still gets the GPU.
+    k8s.create_pod(core, health_ns, _pod("p1", "h100", health_cluster.workload_image,
+                                         "nvidia-smi -L"))
+    k8s.wait_pod_running(core, health_ns, "p1", timeout=120)
+    core.delete_namespaced_pod("p1", health_ns, grace_period_seconds=0)
+    k8s.wait_pod_gone(core, health_ns, "p1")
+    faults.inject(health_cluster, HEALTH_NODE, 0, "xid", 79)  # fallen off the bus
+    wait_for(until_true(lambda: (f"{DRIVER}/xid", "79", "NoSchedule") in gpu_taints(
+        resource_api, HEALTH_NODE)), what="a NoSchedule taint for XID 79", timeout=60)
+    k8s.create_pod(core, health_ns, _pod("p2", "h100", health_cluster.workload_image,
+                                         "nvidia-smi -L"))
+    k8s.wait_unschedulable(core, health_ns, "p2", what="the claim for the tainted GPU refused")
 
 
 # --- dynamic MIG ---------------------------------------------------------------------------------
