@@ -57,6 +57,19 @@ NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--fakegpu-nvidia-plugin
              "(go build -mod=vendor ./cmd/gpu-kubelet-plugin, docs/nvidia-driver.md)")
 
 
+def templates(binary: Path) -> Path | None:
+    """NVIDIA's manifest templates, in its checkout beside the binary built there."""
+    found = binary.parent / "templates"
+    return found if (found / "mps-control-daemon.tmpl.yaml").is_file() else None
+
+
+def needs_templates(request: pytest.FixtureRequest) -> None:
+    """Skip, saying why, when NVIDIA's plugin has no MPS daemon template to start."""
+    if templates(Path(request.config.getoption("fakegpu_nvidia_plugin_bin"))) is None:
+        pytest.skip("NVIDIA's templates/mps-control-daemon.tmpl.yaml is not beside the binary "
+                    "(its checkout's templates/): the plugin reads its MPS daemon from there")
+
+
 def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
                           plugin_args: Sequence[str] = (),
                           image_aliases: Sequence[str] = ()) -> Iterator[ClusterInfo]:
@@ -67,7 +80,7 @@ def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
         warnings.warn(NOT_GIVEN, stacklevel=1)  # in the warnings summary, not only -rs
         pytest.skip(NOT_GIVEN)
     plugin = external.parse(Path(binary), plugin_args, preset="nvidia", driver=None,
-                            beside=False, env=[])
+                            beside=False, env=[], templates=templates(Path(binary)))
     clusters = get_provider("embedded")
     name = f"{request.config.getoption('fakegpu_cluster_name')}-{suffix}"
     clusters.down(name)
@@ -83,8 +96,9 @@ def nvidia_plugin_cluster(request: pytest.FixtureRequest, suffix: str,
 def nvidia_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
     # The quickstart manifests' image names on the nodes; time-slicing configs (gpu-test6's
     # and the sharing test's) need NVIDIA's TimeSlicingSettings gate.
-    yield from nvidia_plugin_cluster(request, "nvd", ["--feature-gates=TimeSlicingSettings=true"],
-                                     image_aliases=QUICKSTART_IMAGES)
+    yield from nvidia_plugin_cluster(
+        request, "nvd", ["--feature-gates=TimeSlicingSettings=true,MPSSupport=true"],
+        image_aliases=QUICKSTART_IMAGES)
 
 
 @pytest.fixture(scope="module")
@@ -281,6 +295,22 @@ def test_quickstart_mig_devices_of_one_parent(quickstart: Quickstart) -> None:  
     assert len(parents) == 1, parents
 
 
+def test_quickstart_time_sliced_and_mps_gpus(request: pytest.FixtureRequest,
+                                             quickstart: Quickstart) -> None:  # gpu-test5
+    # Two whole GPUs of one claim: nv-0's two whole A100s, one time-sliced, one under MPS.
+    needs_templates(request)
+    quickstart.apply("gpu-test5")
+    pod = quickstart.running("pod0")
+    uuids = set()
+    for name in ("ts-gpu", "mps-gpu"):
+        (device,) = quickstart.devices(pod, "shared-gpus", name)
+        uuids.add(attribute_value(device, "uuid"))
+        prefix = name.split("-")[0]
+        for container in (f"{prefix}-ctr0", f"{prefix}-ctr1"):
+            assert quickstart.listing("pod0", container) == quickstart.gpu_lines([device])
+    assert len(uuids) == 2, "both requests got the same GPU"
+
+
 def test_a_time_sliced_gpu_is_prepared(nvidia_cluster: ClusterInfo, api: Any,
                                        ns: str) -> None:
     """A GpuConfig with time-slicing (gpu-test5's and gpu-test6's config): NVIDIA's plugin runs
@@ -300,6 +330,50 @@ def test_a_time_sliced_gpu_is_prepared(nvidia_cluster: ClusterInfo, api: Any,
     (uuid,) = allocated_uuids(resource_api, core, ns, "p")
     listed = smi_listing(core, ns, "p")
     assert len(listed) == 1 and listed[0].endswith(f"(UUID: {uuid})"), listed
+
+
+def test_an_mps_shared_gpu_runs_with_its_control_daemon(request: pytest.FixtureRequest,
+                                                        nvidia_cluster: ClusterInfo, api: Any,
+                                                        ns: str) -> None:
+    """A GpuConfig with MPS (gpu-test5's other half): NVIDIA's plugin sets the GPU's compute
+    mode to EXCLUSIVE_PROCESS, starts the claim's MPS control daemon as a Deployment from its
+    template (the driver root's nvidia-cuda-mps-control, given the thread percentage) and
+    waits for it; the pod runs with the daemon's pipe directory, and deleting the pod stops
+    the daemon."""
+    needs_templates(request)
+    resource_api, core = ResourceApi(api), kclient.CoreV1Api(api)
+    template = resource_api.claim_template("mps", [resource_api.device_request("dev", DRIVER)])
+    template["spec"]["spec"]["devices"]["config"] = [{"requests": ["dev"], "opaque": {
+        "driver": DRIVER, "parameters": {
+            "apiVersion": drivers.config_api_version(DRIVER), "kind": "GpuConfig",
+            "sharing": {"strategy": "MPS",
+                        "mpsConfig": {"defaultActiveThreadPercentage": 50}}}}}]
+    resource_api.create("resourceclaimtemplates", template, namespace=ns)
+    k8s.create_pod(core, ns, _pod("p", "mps", nvidia_cluster.workload_image,
+                                  "echo BEGIN; echo $CUDA_MPS_PIPE_DIRECTORY; ls /tmp/nvidia-mps; "
+                                  "nvidia-smi --query-gpu=uuid,compute_mode --format=csv,noheader;"
+                                  " echo END"))
+    k8s.wait_pod_running(core, ns, "p", timeout=180)
+    (uuid,) = allocated_uuids(resource_api, core, ns, "p")
+    assert smi_listing(core, ns, "p") == ["/tmp/nvidia-mps", "control",
+                                          f"{uuid}, Exclusive_Process"]
+    claim = resource_api.claim(ns, pod_claim_name(k8s.read_pod(core, ns, "p"), "dev"))
+    apps = kclient.AppsV1Api(api)
+
+    def daemons() -> list[Any]:  # named mps-control-daemon-<claim uid>-<devices' hash>
+        prefix = f"mps-control-daemon-{claim['metadata']['uid']}-"
+        return [d for d in apps.list_deployment_for_all_namespaces().items
+                if d.metadata.name.startswith(prefix)]
+
+    [daemon] = daemons()
+    assert daemon.status.ready_replicas == 1
+    [daemon_pod] = core.list_namespaced_pod(daemon.metadata.namespace,
+                                            label_selector=f"app={daemon.metadata.name}").items
+    log = k8s.pod_log(core, daemon.metadata.namespace, daemon_pod.metadata.name)
+    assert "Cmd:set_default_active_thread_percentage 50" in log, log
+    core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+    k8s.wait_pod_gone(core, ns, "p")
+    wait_for(until_true(lambda: not daemons()), what="the MPS daemon stopped", timeout=120)
 
 
 # --- NVIDIA's health monitor ------------------------------------------------------------------

@@ -170,6 +170,9 @@ def _plugin_options(up: argparse.ArgumentParser) -> None:
                         "cluster's --driver; required with --plugin-chart)")
     g.add_argument("--plugin-beside", action="store_true",
                    help="run it beside fakegpu's plugin instead of in its place")
+    g.add_argument("--plugin-templates", type=Path, default=None, metavar="DIR",
+                   help="shown to the plugin at /templates (NVIDIA's reads its MPS control "
+                        "daemon's Deployment there: templates/ of its checkout)")
     c = up.add_argument_group(
         "another vendor's driver as it ships, a Helm chart (kind provider; docs/vendors.md)")
     c.add_argument("--plugin-chart", default=None, metavar="PATH|OCI",
@@ -232,7 +235,7 @@ def _external(args: argparse.Namespace) -> Any:
 
     return external.parse(args.plugin_bin, args.plugin_arg, preset=args.plugin_preset,
                           driver=args.plugin_driver, beside=args.plugin_beside,
-                          env=args.plugin_env)
+                          env=args.plugin_env, templates=args.plugin_templates)
 
 
 def _up(args: argparse.Namespace) -> int:

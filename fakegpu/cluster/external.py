@@ -57,6 +57,9 @@ class ExternalPlugin:
     driver: str | None = None  # the DRA driver name it publishes; None: the cluster's
     beside: bool = False  # also run fakegpu's own plugin
     env: Mapping[str, str] = field(default_factory=dict)
+    # Shown at /templates in its mount namespace (NVIDIA's reads its MPS daemon's Deployment
+    # from there, a path in its container image); None: no /templates.
+    templates: Path | None = None
 
     def argv(self, values: Mapping[str, str]) -> list[str]:
         """The plugin's command line for one node (``values``: every PLACEHOLDERS name)."""
@@ -68,13 +71,15 @@ class ExternalPlugin:
 
     def to_json(self) -> dict[str, Any]:
         return {"binary": str(self.binary), "args": list(self.args), "preset": self.preset,
-                "driver": self.driver, "beside": self.beside, "env": dict(self.env)}
+                "driver": self.driver, "beside": self.beside, "env": dict(self.env),
+                "templates": str(self.templates) if self.templates else None}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ExternalPlugin:
         return cls(binary=Path(doc["binary"]), args=tuple(doc.get("args", ())),
                    preset=doc.get("preset"), driver=doc.get("driver"),
-                   beside=bool(doc.get("beside")), env=dict(doc.get("env") or {}))
+                   beside=bool(doc.get("beside")), env=dict(doc.get("env") or {}),
+                   templates=Path(doc["templates"]) if doc.get("templates") else None)
 
 
 def expand(arg: str, values: Mapping[str, str]) -> str:
@@ -88,10 +93,13 @@ def expand(arg: str, values: Mapping[str, str]) -> str:
 
 
 def parse(binary: Path, args: Sequence[str], *, preset: str | None, driver: str | None,
-          beside: bool, env: Sequence[str]) -> ExternalPlugin:
+          beside: bool, env: Sequence[str], templates: Path | None = None) -> ExternalPlugin:
     """The ``cluster up`` options as an ExternalPlugin; bad input names the option."""
     if not binary.is_file() or not os.access(binary, os.X_OK):
         raise InvalidInput(f"--plugin-bin {binary}: not an executable file")
+    if templates is not None and not templates.is_dir():
+        raise InvalidInput(f"--plugin-templates {templates}: not a directory (expected the "
+                           "plugin's templates, e.g. templates/ of its checkout)")
     if preset is not None and preset not in PRESETS:
         raise InvalidInput(f"--plugin-preset {preset!r}: expected one of {', '.join(PRESETS)}")
     pairs: dict[str, str] = {}
@@ -101,7 +109,8 @@ def parse(binary: Path, args: Sequence[str], *, preset: str | None, driver: str 
             raise InvalidInput(f"--plugin-env {item!r}: expected NAME=VALUE")
         pairs[key] = value
     plugin = ExternalPlugin(binary=binary.resolve(), args=tuple(args), preset=preset,
-                            driver=driver, beside=beside, env=pairs)
+                            driver=driver, beside=beside, env=pairs,
+                            templates=templates.resolve() if templates else None)
     plugin.argv(dict.fromkeys(PLACEHOLDERS, "x"))  # unknown placeholders fail now, not per node
     return plugin
 
@@ -113,10 +122,11 @@ def cluster_objects(plugin: ExternalPlugin, cluster_driver: str, *, name: str, n
     ``resourceclaims/driver``; the chart's role names the cluster's driver only) and a
     DeviceClass named after the driver selecting all its devices, as a vendor's chart has."""
     driver = plugin.driver_name(cluster_driver)
+    objects = mps_rbac(name, namespace, service_account) if plugin.preset == "nvidia" else []
     if driver == cluster_driver:
-        return []
+        return objects
     role = f"{name}-{driver}"
-    return [
+    return [*objects,
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": role},
          "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
@@ -130,4 +140,22 @@ def cluster_objects(plugin: ExternalPlugin, cluster_driver: str, *, name: str, n
                        "namespace": namespace}]},
         {"apiVersion": resource_api, "kind": "DeviceClass", "metadata": {"name": driver},
          "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}},
+    ]
+
+
+def mps_rbac(name: str, namespace: str, service_account: str) -> list[dict[str, Any]]:
+    """What NVIDIA's chart grants its kubelet plugin for MPS: it runs each claim's MPS control
+    daemon as a Deployment in its namespace and waits for its pod to be ready."""
+    role = f"{name}-nvidia-mps"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": role, "namespace": namespace},
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"],
+                    "verbs": ["get", "list", "watch", "create", "delete"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": role, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account,
+                       "namespace": namespace}]},
     ]

@@ -14,7 +14,8 @@ NVIDIA's plugin (NVIDIA/k8s-dra-driver-gpu, ``cmd/gpu-kubelet-plugin``) does not
 - it copies ``/usr/bin/nvidia-cdi-hook`` unless ``--nvidia-cdi-hook-path`` names one.
 
 A node's *host directory* holds all of it: ``driver/`` (the driver root: the fake library and
-the fake nvidia-smi, device nodes, a no-op nvidia-cdi-hook) and ``proc/`` (``driver/`` and
+the fake nvidia-smi, device nodes, a no-op nvidia-cdi-hook, an MPS control program) and
+``proc/`` (``driver/`` and
 ``devices``), which ``pluginhost`` binds over ``/proc/driver`` and ``/proc/devices`` in the
 plugin's own mount namespace. Device nodes are made with the real numbers so CDI specs carry
 them, and are never opened: the fake library is what answers.
@@ -118,6 +119,12 @@ class HostDir:
     def cdi_hook(self) -> Path:
         """For ``--nvidia-cdi-hook-path``: runc runs it as a hook, and it does nothing."""
         return self.bin_dir / "nvidia-cdi-hook"
+
+    @property
+    def mps_control(self) -> Path:
+        """``nvidia-cuda-mps-control``, which NVIDIA's MPS daemon Deployment runs from the
+        driver root (``MPS_CONTROL``)."""
+        return self.bin_dir / "nvidia-cuda-mps-control"
 
     @property
     def proc_driver(self) -> Path:
@@ -292,6 +299,34 @@ def device_nodes(facts: HostFacts, majors: Majors) -> dict[str, tuple[int, int]]
 # --- building it ---------------------------------------------------------------------------------
 
 
+# The MPS control program as NVIDIA's MPS daemon Deployment drives it (from its container,
+# with the driver root's usr/bin on PATH and CUDA_MPS_{PIPE,LOG}_DIRECTORY set): ``-d`` starts
+# the daemon, which makes its control pipe and control.log and returns; commands on stdin go to
+# the daemon, which logs each. There is no CUDA here, so no MPS server ever starts.
+MPS_CONTROL = """#!/bin/sh
+# fakegpu: nvidia-cuda-mps-control (docs/nvidia-driver.md)
+pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}
+logs=${CUDA_MPS_LOG_DIRECTORY:-/var/log/nvidia-mps}
+log() { echo "[$(date -u '+%Y-%m-%d %H:%M:%S') Control $$] $*" >> "$logs/control.log"; }
+case "$1" in
+-d)
+    mkdir -p "$pipe" "$logs"
+    [ -p "$pipe/control" ] || mkfifo "$pipe/control"
+    log "Starting control daemon using socket $pipe/control${2:+ (multi-user)}"
+    exit 0 ;;
+"")
+    [ -p "$pipe/control" ] || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
+    while read -r line; do
+        [ -n "$line" ] && log "Cmd:$line"
+    done
+    exit 0 ;;
+*)
+    echo "nvidia-cuda-mps-control: unknown option $1" >&2
+    exit 1 ;;
+esac
+"""
+
+
 def build(host: HostDir, facts: HostFacts, *, library: Path, nvidia_smi: Path,
           host_proc_devices: str, state: Path | None = None) -> Majors:
     """Write the whole host directory for ``facts`` (and, given the node's ``state``, the link
@@ -311,8 +346,10 @@ def build(host: HostDir, facts: HostFacts, *, library: Path, nvidia_smi: Path,
     if not libcuda.is_file():
         fsutil.atomic_write(libcuda, "fakegpu: no CUDA driver, only NVML (libnvidia-ml.so.1)\n")
     _copy_if_changed(nvidia_smi, host.bin_dir / "nvidia-smi", mode=0o755)
-    fsutil.atomic_write(host.cdi_hook, "#!/bin/sh\n# fakegpu: nothing to link or cache\nexit 0\n",
-                        mode=0o755)
+    for path, text in ((host.cdi_hook, "#!/bin/sh\n# fakegpu: nothing to link or cache\nexit 0\n"),
+                       (host.mps_control, MPS_CONTROL)):
+        if not path.is_file() or path.read_text() != text:
+            fsutil.atomic_write(path, text, mode=0o755)
     for name, (major, minor) in device_nodes(facts, majors).items():
         _mknod(host.dev_dir / name, major, minor)
     host.proc_devices.parent.mkdir(parents=True, exist_ok=True)

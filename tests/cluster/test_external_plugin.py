@@ -107,11 +107,31 @@ def test_a_plugin_of_another_driver_gets_its_status_right_and_device_class(binar
     assert by_kind["ClusterRoleBinding"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "fakegpu", "namespace": "fakegpu-system"}]
     assert by_kind["DeviceClass"]["metadata"]["name"] == "gpu.example.com"
-    # The cluster's own driver has the chart's objects already.
+    # The cluster's own driver has the chart's objects already; NVIDIA's plugin also runs
+    # each MPS claim's control daemon as a Deployment in its namespace, as NVIDIA's chart lets
+    # it.
     nvidia = external.parse(binary, [], preset="nvidia", driver=None, beside=False, env=[])
-    assert external.cluster_objects(nvidia, "gpu.nvidia.com", name="fakegpu",
+    objs = external.cluster_objects(nvidia, "gpu.nvidia.com", name="fakegpu",
                                     namespace="fakegpu-system", service_account="fakegpu",
-                                    resource_api="resource.k8s.io/v1") == []
+                                    resource_api="resource.k8s.io/v1")
+    assert [o["kind"] for o in objs] == ["Role", "RoleBinding"]
+    assert objs[0]["metadata"]["namespace"] == "fakegpu-system"
+    assert {"apiGroups": ["apps"], "resources": ["deployments"],
+            "verbs": ["get", "list", "watch", "create", "delete"]} in objs[0]["rules"]
+    assert objs[1]["subjects"][0]["name"] == "fakegpu"
+
+
+def test_plugin_templates_are_a_directory_carried_with_the_plugin(binary: Path,
+                                                                  tmp_path: Path) -> None:
+    args = build_parser().parse_args([
+        "cluster", "up", "--plugin-bin", str(binary), "--plugin-preset", "nvidia",
+        "--plugin-templates", str(tmp_path)])
+    plugin = _external(args)
+    assert plugin.templates == tmp_path.resolve()
+    assert external.ExternalPlugin.from_json(plugin.to_json()) == plugin
+    with pytest.raises(InvalidInput, match=r"--plugin-templates .*nope: not a directory"):
+        external.parse(binary, [], preset="nvidia", driver=None, beside=False, env=[],
+                       templates=tmp_path / "nope")
 
 
 def test_beside_fakegpus_plugin_it_must_be_another_driver(binary: Path) -> None:

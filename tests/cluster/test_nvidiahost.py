@@ -178,8 +178,7 @@ def test_build_writes_the_driver_root_and_proc_files(node_state: Path, tmp_path:
     nh.build(host, facts, library=library, nvidia_smi=nvidiasmi.path(),
              host_proc_devices=HOST_DEVICES)
     assert {p for p in before if p.is_file() and not p.is_symlink()
-            and p.lstat().st_mtime_ns != before[p] and p.name != "devices"
-            and p != host.cdi_hook} == set()
+            and p.lstat().st_mtime_ns != before[p] and p.name != "devices"} == set()
 
 
 def test_capability_files_come_and_go_with_mig_instances(node_state: Path,
@@ -419,3 +418,46 @@ def test_nvml_in_a_container_of_nvidias_plugin_sees_its_devices_only(node_state:
     proc = subprocess.run(["chroot", str(nothing), "/nvidia-smi", "-L"], env=environ,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.stdout.strip() == "", proc.stdout
+
+
+def _mps_control(host: nh.HostDir, tmp_path: Path, *args: str, stdin: str = ""
+                 ) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ["PATH"], "CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe"),
+           "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
+    return subprocess.run([str(host.mps_control), *args], input=stdin, env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_mps_control_program_starts_its_daemon_and_takes_commands(
+        node_state: Path, tmp_path: Path) -> None:
+    """NVIDIA's MPS daemon Deployment runs ``nvidia-cuda-mps-control -d`` from the driver root,
+    then pipes its settings in, and follows control.log: the fake answers each of those."""
+    host = nh.HostDir(tmp_path / "nvhost")
+    nh.build(host, nh.read_facts(node_state), library=nvml_env.library_path(),
+             nvidia_smi=nvidiasmi.path(), host_proc_devices=HOST_DEVICES)
+    refused = _mps_control(host, tmp_path, stdin="get_server_list\n")
+    assert refused.returncode == 1 and "Cannot find MPS control daemon" in refused.stderr
+    assert _mps_control(host, tmp_path, "-d").returncode == 0
+    assert stat.S_ISFIFO((tmp_path / "pipe" / "control").stat().st_mode)
+    sent = _mps_control(host, tmp_path, stdin="set_default_active_thread_percentage 50\n")
+    assert sent.returncode == 0, sent.stderr
+    log = (tmp_path / "log" / "control.log").read_text().splitlines()
+    assert "Starting control daemon using socket" in log[0]
+    assert log[1].endswith("] Cmd:set_default_active_thread_percentage 50")
+    assert _mps_control(host, tmp_path, "-x").returncode == 1
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+def test_the_plugins_templates_are_at_slash_templates_in_its_namespace_only(
+        node_state: Path, tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "mps-control-daemon.tmpl.yaml").write_text("kind: Deployment\n")
+    argv = wrapper_argv(tmp_path / "nvhost", node_state,
+                        ["cat", "/templates/mps-control-daemon.tmpl.yaml"], templates=templates)
+    proc = subprocess.run(argv, env={**os.environ, **nvml_env.env(node_state)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("kind: Deployment")
+    assert not Path("/templates/mps-control-daemon.tmpl.yaml").exists()

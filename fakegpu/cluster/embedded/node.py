@@ -378,5 +378,5 @@ def start_external_plugin(
     env.update(nvml_env)  # the fake library in the driver root reads the node's state file
     env.update(plugin.env)
     state = layout.nvml_state if layout.nvml_state.is_file() else None
-    argv = wrapper_argv(host.root, state, plugin.argv(values))
+    argv = wrapper_argv(host.root, state, plugin.argv(values), templates=plugin.templates)
     return spawn(f"extplugin/{layout.name}", argv, layout.log_dir / "extplugin.log", env=env)

@@ -9,7 +9,8 @@ In that mount namespace of its own (private propagation: nothing leaks to the ho
 other nodes) this builds the node's NVIDIA host directory from the NVML state
 (``nvidiahost``), binds its ``proc/driver`` over ``/proc/driver`` and its ``proc/devices`` over
 ``/proc/devices``, shows the node's sysfs view of its PCIe tree under ``/sys`` (where the
-plugin reads each GPU's PCIe root and NUMA node: ``show_pcie_tree``), starts the plugin as a
+plugin reads each GPU's PCIe root and NUMA node: ``show_pcie_tree``), binds ``--templates``
+at ``/templates`` when given (``show_templates``), starts the plugin as a
 child and, while it runs, keeps the MIG capability files current: the plugin's own creates
 write them at once (the library, given FAKEGPU_NVML_CAPS_DIR), and for other writers this
 polls the state file's generation (a seqlock bumped by every write) and re-syncs when it
@@ -34,11 +35,14 @@ from fakegpu.node import nvidiahost as nh
 
 POLL_SECONDS = 0.05  # how late a capability file may follow another process's change
 CAPS_ENV = "FAKEGPU_NVML_CAPS_DIR"  # read by the fake library (nvml/csrc/caps.c)
+TEMPLATES = Path("/templates")  # where NVIDIA's plugin image keeps its manifest templates
 
 
-def wrapper_argv(host_dir: Path, state: Path | None, plugin: Sequence[str]) -> list[str]:
+def wrapper_argv(host_dir: Path, state: Path | None, plugin: Sequence[str],
+                 templates: Path | None = None) -> list[str]:
     """The command line that runs ``plugin`` under this module in a new mount namespace."""
-    own = ["--host-dir", str(host_dir)] + (["--state", str(state)] if state else [])
+    own = ["--host-dir", str(host_dir)] + (["--state", str(state)] if state else []) + \
+        (["--templates", str(templates)] if templates else [])
     return ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-m",
             "fakegpu.cluster.embedded.pluginhost", *own, "--", *plugin]
 
@@ -83,6 +87,13 @@ def show_pcie_tree(view: Path, stage: Path, sys_root: Path = Path("/sys")) -> No
     subprocess.run(["umount", str(stage)], capture_output=True, timeout=30, check=False)
 
 
+def show_templates(source: Path, target: Path = TEMPLATES) -> None:
+    """Bind ``source`` at ``target`` in this namespace: a plugin image's fixed path (NVIDIA's
+    ``/templates``). Only the empty mount point is made on the host's root."""
+    target.mkdir(exist_ok=True)
+    mount("--bind", source, target)
+
+
 def prepare(host: nh.HostDir, state: Path) -> nh.HostFacts:
     """Build the host directory, bind it over /proc and the node's PCIe tree over /sys (in the
     current mount namespace)."""
@@ -114,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fakegpu.cluster.embedded.pluginhost")
     parser.add_argument("--host-dir", type=Path, required=True)
     parser.add_argument("--state", type=Path, default=None)
+    parser.add_argument("--templates", type=Path, default=None)
     parser.add_argument("plugin", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     plugin = args.plugin[1:] if args.plugin[:1] == ["--"] else args.plugin
@@ -121,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("no plugin command after --")
     host = nh.HostDir(args.host_dir)
     seen = (0, 0)
+    if args.templates is not None:
+        try:
+            show_templates(args.templates)
+        except FakegpuError as err:
+            print(f"fakegpu pluginhost: {err}", file=sys.stderr, flush=True)
+            return err.exit_code
     if args.state is not None and args.state.is_file():
         try:
             facts = prepare(host, args.state)
