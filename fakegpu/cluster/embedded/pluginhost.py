@@ -90,7 +90,11 @@ def show_pcie_tree(view: Path, stage: Path, sys_root: Path = Path("/sys")) -> No
 def show_templates(source: Path, target: Path = TEMPLATES) -> None:
     """Bind ``source`` at ``target`` in this namespace: a plugin image's fixed path (NVIDIA's
     ``/templates``). Only the empty mount point is made on the host's root."""
-    target.mkdir(exist_ok=True)
+    try:
+        target.mkdir(exist_ok=True)
+    except OSError as err:
+        raise MissingPrerequisite(f"cannot make the mount point {target} for "
+                                  f"--plugin-templates: {err.strerror}") from err
     mount("--bind", source, target)
 
 
