@@ -299,16 +299,7 @@ def test_quickstart_time_sliced_and_mps_gpus(request: pytest.FixtureRequest,
                                              quickstart: Quickstart) -> None:  # gpu-test5
     # Two whole GPUs of one claim: nv-0's two whole A100s, one time-sliced, one under MPS.
     needs_templates(request)
-    quickstart.apply("gpu-test5")
-    pod = quickstart.running("pod0")
-    uuids = set()
-    for name in ("ts-gpu", "mps-gpu"):
-        (device,) = quickstart.devices(pod, "shared-gpus", name)
-        uuids.add(attribute_value(device, "uuid"))
-        prefix = name.split("-")[0]
-        for container in (f"{prefix}-ctr0", f"{prefix}-ctr1"):
-            assert quickstart.listing("pod0", container) == quickstart.gpu_lines([device])
-    assert len(uuids) == 2, "both requests got the same GPU"
+    quickstart.check_time_sliced_and_mps()
 
 
 def test_a_time_sliced_gpu_is_prepared(nvidia_cluster: ClusterInfo, api: Any,

@@ -605,6 +605,5 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     # domains down; the next plugin adopts them, unprepare ends them.
     log.info("stopping; %d IMEX daemons keep running", driver.running_daemons())
     publisher.stop()
-    if not startup.other_instances_alive(kubelet_root, driver_name, paths):
-        publisher.cleanup()
+    startup.withdraw_slices(kubelet_root, driver_name, paths, publisher.cleanup)
     return 0

@@ -39,6 +39,18 @@ def other_instances_alive(kubelet_root: Path, driver: str, own: SocketPaths) -> 
     return any(p != own.registration and socket_alive(p) for p in candidates)
 
 
+def withdraw_slices(kubelet_root: Path, driver: str, own: SocketPaths,
+                    cleanup: Callable[[], object], keep: str = "") -> None:
+    """At exit: delete the node's slices (``cleanup``) unless another instance of the driver
+    still serves here, or ``keep`` says why they stay (a replacement is on its way)."""
+    if other_instances_alive(kubelet_root, driver, own):
+        log.info("another instance serves driver=%s: leaving ResourceSlices in place", driver)
+    elif keep:
+        log.info("%s: leaving ResourceSlices of driver=%s in place", keep, driver)
+    else:
+        cleanup()
+
+
 def prepare(node: str, driver: str, instance_id: str, kubelet_root: Path, cdi_root: Path,
             state_dir: Path | None) -> tuple[SocketPaths, Path]:
     """Check the names and make the directories a plugin instance needs, each failure one

@@ -84,10 +84,6 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     stop.wait()
     servers.stop(opts.grace_period_s)
     publisher.stop()
-    if startup.other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
-        log.info("another instance serves driver=%s: leaving ResourceSlices in place",
-                 opts.driver_name)
-    else:
-        publisher.cleanup()
+    startup.withdraw_slices(opts.kubelet_root, opts.driver_name, paths, publisher.cleanup)
     log.info("stopped")
     return 0

@@ -166,13 +166,9 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     if opts.publish_slices:
         watcher.stop()
     if opts.publish_slices:
-        if startup.other_instances_alive(opts.kubelet_root, opts.driver_name, paths):
-            log.info("another instance serves driver=%s: leaving ResourceSlices in place",
-                     opts.driver_name)
-        elif replaced.is_set() or opts.keep_slices_on_exit:
-            log.info("stopped for replacement: leaving ResourceSlices of driver=%s in place",
-                     opts.driver_name)
-        else:
-            publisher.cleanup()
+        startup.withdraw_slices(
+            opts.kubelet_root, opts.driver_name, paths, publisher.cleanup,
+            keep="stopped for replacement" if replaced.is_set() or opts.keep_slices_on_exit
+            else "")
     log.info("stopped")
     return 0

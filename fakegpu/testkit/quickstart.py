@@ -121,3 +121,17 @@ class Quickstart:
         return [published_device(self.api, DRIVER, r["pool"], r["device"])
                 for r in allocation_results(claim, DRIVER)
                 if request is None or r["request"] == request]
+
+    def check_time_sliced_and_mps(self) -> None:
+        """gpu-test5: one claim's two GPUs, one time-sliced and one under MPS, two containers on
+        each; every container lists exactly the GPU of the request it names."""
+        self.apply("gpu-test5")
+        pod = self.running("pod0")
+        uuids = set()
+        for request in ("ts-gpu", "mps-gpu"):
+            (device,) = self.devices(pod, "shared-gpus", request)
+            uuids.add(attribute_value(device, "uuid"))
+            prefix = request.split("-")[0]
+            for container in (f"{prefix}-ctr0", f"{prefix}-ctr1"):
+                assert self.listing("pod0", container) == self.gpu_lines([device]), container
+        assert len(uuids) == 2, "both requests got the same GPU"
