@@ -10,24 +10,19 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 
 def main(argv: Sequence[str]) -> int:
     from fakegpu.errors import FakegpuError
-    from fakegpu.node.entrypoint import plugin_env
+    from fakegpu.node.entrypoint import exec_fakegpu, plugin_env
 
     try:
         env, node = plugin_env(os.environ)
     except FakegpuError as err:
         print(f"fakegpu compute-domain entrypoint: {err}", file=sys.stderr)
         return err.exit_code
-    fakegpu = str(Path(sys.executable).with_name("fakegpu"))
-    args = [fakegpu, "computedomain", "plugin", "--node", node, *argv]
-    print(f"fakegpu compute-domain entrypoint: node {node}; exec {' '.join(args)}",
-          file=sys.stderr, flush=True)
-    os.execve(fakegpu, args, env)  # PID 1's replacement: SIGTERM reaches the plugin
-    return 127  # not reached
+    return exec_fakegpu("compute-domain entrypoint", f"node {node}", env, "computedomain",
+                        "plugin", "--node", node, *argv)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,16 @@ def _topology_args(environ: Mapping[str, str], node: str) -> list[str]:
     return plugin_args(load_topology(environ.get(TOPOLOGY_ENV) or DEFAULT_TOPOLOGY).node(node))
 
 
+def exec_fakegpu(who: str, what: str, env: Mapping[str, str], *args: str) -> int:
+    """Become ``fakegpu ARGS`` (a plugin container's PID 1: exec, not a child, so the plugin
+    gets the kubelet's SIGTERM), saying ``what`` in the container's log first."""
+    fakegpu = str(Path(sys.executable).with_name("fakegpu"))
+    argv = [fakegpu, *args]
+    print(f"fakegpu {who}: {what}; exec {' '.join(argv)}", file=sys.stderr, flush=True)
+    os.execve(fakegpu, argv, dict(env))
+    return 127  # not reached
+
+
 def main(argv: Sequence[str]) -> int:
     from fakegpu.errors import FakegpuError
 
@@ -101,13 +111,8 @@ def main(argv: Sequence[str]) -> int:
     except FakegpuError as err:
         print(f"fakegpu entrypoint: {err}", file=sys.stderr)
         return err.exit_code
-    # exec, not a child: the plugin is PID 1's replacement and gets SIGTERM from the kubelet.
-    fakegpu = str(Path(sys.executable).with_name("fakegpu"))
-    args = [fakegpu, "plugin", "run", "--node", node, *argv]
-    print(f"fakegpu entrypoint: node {node}, NVML state {env['FAKEGPU_NVML_STATE']}; "
-          f"exec {' '.join(args)}", file=sys.stderr, flush=True)
-    os.execve(fakegpu, args, env)
-    return 127  # not reached
+    return exec_fakegpu("entrypoint", f"node {node}, NVML state {env['FAKEGPU_NVML_STATE']}",
+                        env, "plugin", "run", "--node", node, *argv)
 
 
 if __name__ == "__main__":

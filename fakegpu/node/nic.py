@@ -16,12 +16,11 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 
 def main(argv: Sequence[str]) -> int:
     from fakegpu.errors import FakegpuError
-    from fakegpu.node.entrypoint import plugin_env
+    from fakegpu.node.entrypoint import exec_fakegpu, plugin_env
     from fakegpu.nvml.sysfs import SYSFS_ENV
 
     try:
@@ -38,12 +37,8 @@ def main(argv: Sequence[str]) -> int:
               "no NICs to serve", file=sys.stderr, flush=True)
         signal.sigwait(stop)
         return 0
-    fakegpu = str(Path(sys.executable).with_name("fakegpu"))
-    args = [fakegpu, "nic", "run", "--node", node, *argv]
-    print(f"fakegpu nic entrypoint: node {node}, sysfs {env[SYSFS_ENV]}; exec {' '.join(args)}",
-          file=sys.stderr, flush=True)
-    os.execve(fakegpu, args, env)  # PID 1's replacement: SIGTERM reaches the plugin
-    return 127  # not reached
+    return exec_fakegpu("nic entrypoint", f"node {node}, sysfs {env[SYSFS_ENV]}", env, "nic",
+                        "run", "--node", node, *argv)
 
 
 if __name__ == "__main__":

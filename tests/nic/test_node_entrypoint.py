@@ -12,6 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from fakegpu.topology.load import load_topology
+from fakegpu.topology.packaged import resolve_topology
+
 TOPOLOGY = """\
 name: no-tree
 seed: 1
@@ -52,3 +57,23 @@ def test_a_node_the_topology_does_not_name_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert err.strip().splitlines() == [
         "fakegpu nic entrypoint: node 'nope' is not in topology 'no-tree' (its nodes: big-0)"]
+
+
+@pytest.mark.parametrize(("module", "command"), [
+    ("fakegpu.node.entrypoint", "plugin run"),
+    ("fakegpu.node.nic", "nic run"),
+    ("fakegpu.computedomain.entrypoint", "computedomain plugin"),
+])
+def test_each_entrypoint_becomes_its_plugin(tmp_path: Path, module: str, command: str) -> None:
+    """The three plugin containers' PID 1 exec ``fakegpu <command> --node <node> ARGS`` (here
+    ``--help``, so the plugin only prints its usage) and say so in one line first."""
+    node = load_topology(resolve_topology("dgx-h100")).nodes[0].name
+    env = {**os.environ, "NODE_NAME": node, "FAKEGPU_TOPOLOGY": str(resolve_topology("dgx-h100")),
+           "FAKEGPU_NVML_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], env=env, text=True,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stderr.splitlines()[-1]
+    assert said.startswith("fakegpu ") and f"node {node}" in said, said
+    assert said.endswith(f"fakegpu {command} --node {node} --help"), said
+    assert proc.stdout.startswith(f"usage: fakegpu {command}"), proc.stdout[:200]
