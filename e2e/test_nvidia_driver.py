@@ -53,8 +53,9 @@ MANIFESTS = Path(__file__).resolve().parent / "nvidia" / "manifests"
 QUICKSTART_IMAGES = ("ubuntu:22.04", "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
 TOPOLOGY = FIXTURES / "nvidia-driver.yaml"
 NOT_GIVEN = ("NVIDIA's gpu-kubelet-plugin was not given (--fakegpu-nvidia-plugin-bin PATH): its "
-             "source is not on the package proxies here; build it from NVIDIA/k8s-dra-driver-gpu "
-             "(go build -mod=vendor ./cmd/gpu-kubelet-plugin, docs/nvidia-driver.md)")
+             "source is not on the package proxies here; build it from a checkout of "
+             "kubernetes-sigs/dra-driver-nvidia-gpu (go build -mod=vendor "
+             "./cmd/gpu-kubelet-plugin, docs/nvidia-driver.md)")
 
 
 def templates(binary: Path) -> Path | None:
