@@ -189,9 +189,8 @@ class NicDriver:
                 return PrepareResult(done)
             try:
                 for nic, link in links:
-                    netdev.create(link, nic.mac, nic.ips, nic.mtu)
-                    if not nic.link_up:  # prepared during a fault (a pod tolerating it)
-                        netdev.set_wire(link, False)
+                    # Prepared during a fault (a pod tolerating it): no carrier from the start.
+                    netdev.create(link, nic.mac, nic.ips, nic.mtu, up=nic.link_up)
                     self._wires[link.wire] = nic.link_up
                 if self.cfg.write_status and (error := write_device_status(
                         self._claims, claim, ref, self.cfg.driver,

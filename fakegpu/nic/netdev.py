@@ -52,17 +52,19 @@ def exists(name: str) -> bool:
     return _ip("link", "show", "dev", name).returncode == 0
 
 
-def create(link: HostLink, mac: str, ips: tuple[str, ...] = (), mtu: int = 0) -> None:
+def create(link: HostLink, mac: str, ips: tuple[str, ...] = (), mtu: int = 0,
+           up: bool = True) -> None:
     """Make the pair afresh (a killed prepare's leftover goes first), the port with the NIC's
     MTU (0: the kernel's default) and addresses: the runtime keeps an interface's attributes
     and permanent addresses when it moves it into the pod (OCI runtime spec,
-    ``linux.netDevices``), as a host NIC keeps its own."""
+    ``linux.netDevices``), as a host NIC keeps its own. The node's end is up unless the NIC
+    has no link (``up`` False: the pod's end then starts without carrier)."""
     remove(link)
     size = ("mtu", str(mtu)) if mtu > 0 else ()
     for args in (("link", "add", link.port, *size, "address", mac, "type", "veth", "peer",
                   "name", link.wire, *size),
                  *(("address", "add", ip, "dev", link.port) for ip in ips),
-                 ("link", "set", "dev", link.wire, "up")):
+                 ("link", "set", "dev", link.wire, "up" if up else "down")):
         res = _ip(*args)
         if res.returncode != 0:
             remove(link)

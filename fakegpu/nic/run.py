@@ -51,14 +51,16 @@ class NicPublisher(PoolPublisher):
                  nic_driver: NicDriver) -> None:
         super().__init__(kube, driver, node, interval_s, name="nic-slice-publisher")
         self._nic_driver = nic_driver
+        self._found: Sequence[Nic] = ()
 
     def sync(self) -> bool:
-        self._nic_driver.follow_links(discovery.discover())
+        self._found = discovery.discover()  # once per sync: the links and the slice alike
+        self._nic_driver.follow_links(self._found)
         return super().sync()
 
     def desired(self, version: str, generation: int,
                 owner: dict[str, Any] | None) -> list[dict[str, Any]]:
-        return [slices.build_slice(self._driver, self._node, discovery.discover(), version,
+        return [slices.build_slice(self._driver, self._node, self._found, version,
                                    generation, owner)]
 
 
