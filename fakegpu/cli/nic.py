@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      metavar="SECONDS", help="how often sysfs is re-read (default: %(default)s)")
     run.add_argument("--grace-period", type=argtypes.seconds, default=30.0, metavar="SECONDS",
                      help="on SIGTERM, how long in-flight calls may take (default: %(default)s)")
+    options.add_numa_node_list(run)
     add_verbose(run)
     run.set_defaults(func=_run)
     nic.set_defaults(func=show_help(nic))
@@ -54,4 +55,5 @@ def _run(args: argparse.Namespace) -> int:
         node_name=args.node_name, driver_name=args.driver_name, kubeconfig=args.kubeconfig,
         kubelet_root=args.kubelet_root, cdi_root=args.cdi_root, instance_id=args.instance_id,
         state_dir=args.state_dir, write_status=args.write_status,
-        rediscover_interval_s=args.rediscover_interval, grace_period_s=args.grace_period))
+        rediscover_interval_s=args.rediscover_interval, grace_period_s=args.grace_period,
+        numa_node_list=args.numa_node_list))

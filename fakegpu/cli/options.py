@@ -143,6 +143,14 @@ def add_nic_driver(parser: argparse.ArgumentParser) -> None:
                         help=NIC_KEY_HELP + " (default: %(default)s)")
 
 
+def add_numa_node_list(parser: argparse.ArgumentParser) -> None:
+    """``--numa-node-list``: the GPU and NIC plugins' choice of the standard numaNode's form."""
+    parser.add_argument("--numa-node-list", action="store_true",
+                        help="publish resource.kubernetes.io/numaNode in its list form: the "
+                             "device's NUMA node, then the equidistant NUMA nodes of its socket "
+                             "(KEP-5491; needs DRAListTypeAttributes, Kubernetes 1.36+)")
+
+
 def _format(text: str) -> str:
     value = _OLD_FORMATS.get(text, text)
     if value not in FORMATS:

@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                      help="like --attach-gpus, but the attach fails: the scheduler picks again")
     run.add_argument("--attach-seconds", type=float, default=5.0, metavar="SECONDS",
                      help="how long an attach takes (default: %(default)s)")
+    options.add_numa_node_list(run)
     run.add_argument("--kubeconfig", type=Path, default=None,
                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
     run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
@@ -139,7 +140,8 @@ def _run(args: argparse.Namespace) -> int:
         attach_gpus=_minors(args.attach_gpus, "--attach-gpus"),
         broken_attach_gpus=_minors(args.broken_attach_gpus, "--broken-attach-gpus"),
         attach_seconds=_seconds(args.attach_seconds),
-        nvidia_release=args.nvidia_compat_release, consumable_shares=args.consumable_shares))
+        nvidia_release=args.nvidia_compat_release, consumable_shares=args.consumable_shares,
+        numa_node_list=args.numa_node_list))
 
 
 def _shares(text: str) -> str:

@@ -108,6 +108,18 @@ def dra_gates(minor: int) -> dict[str, bool]:
     }
 
 
+def first_minor(gate: str) -> int:
+    """The first minor whose DRA gates here include ``gate``."""
+    return next(g.first for g in _GATES if g.name == gate)
+
+
+def require(minor: int, gate: str, what: str) -> None:
+    """InvalidInput, one line naming the minor needed, when ``1.<minor>`` lacks ``gate``."""
+    if gate not in dra_gates(minor):
+        raise InvalidInput(f"{what} needs Kubernetes 1.{first_minor(gate)} or newer ({gate}); "
+                           f"this cluster would run 1.{minor}")
+
+
 def runtime_config(minor: int) -> dict[str, bool]:
     """``--runtime-config`` entries enabling every served resource.k8s.io version."""
     _check_minor(minor)

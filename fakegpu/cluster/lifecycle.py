@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from fakegpu import drivers
-from fakegpu.cluster import imagealiases
+from fakegpu.cluster import featuregates, imagealiases
 from fakegpu.cluster.names import down_command, validate_name
 from fakegpu.cluster.provider import (
     Action,
@@ -88,8 +88,14 @@ def load_spec(name: str, topology: Path, k8s_version: str | None, *,
     topo = load_topology(topology)
     if not topo.nodes:
         raise InvalidInput(f"{topology}: the topology has no nodes")
+    version = binaries.resolve_version(k8s_version)
+    minor = featuregates.parse_minor(version)
+    for node in topo.nodes:
+        if node.pcie is not None and node.pcie.numa_list:
+            featuregates.require(minor, "DRAListTypeAttributes",
+                                 f"{topology}: node {node.name}: pcie.numa_attribute list")
     return ClusterSpec(name=name, topology_file=topology.resolve(), topology=topo,
-                       k8s_version=binaries.resolve_version(k8s_version), driver=dra_driver,
+                       k8s_version=version, driver=dra_driver,
                        plugin=plugin, image_aliases=aliases, nic_driver=nic, chart=chart)
 
 

@@ -1,13 +1,17 @@
 """Where a PCI device sits, read from sysfs as Kubernetes' deviceattribute package reads it:
-the standard attributes ``resource.kubernetes.io/pcieRoot`` and ``numaNode``. One rule for
-every plugin here, so a GPU and a NIC under one root publish the same value.
+the standard attributes ``resource.kubernetes.io/pcieRoot`` and ``numaNode`` (in its scalar
+and its list form). One rule for every plugin here, so a GPU and a NIC under one root publish
+the same value.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from fakegpu.nvml import sysfs
+
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 
 
 def sysfs_root() -> str:
@@ -59,3 +63,53 @@ def numa_node(bus_id: str, vendor: str, root: str | None = None) -> int | None:
     except (OSError, ValueError):
         return None
     return node if node >= 0 else None
+
+
+def numa_nodes(bus_id: str, vendor: str, root: str | None = None) -> tuple[int, ...]:
+    """``resource.kubernetes.io/numaNode`` in its list form (KEP-5491; the deviceattribute
+    package's ListAttribute): the device's NUMA node, then, in ascending order, the other NUMA
+    nodes at the smallest ACPI SLIT distance from it on the same socket (``node<N>/distance``;
+    the socket of a NUMA node is its first CPU's ``physical_package_id``). Just the device's
+    node when the distances cannot be read; () when the device has no NUMA affinity."""
+    root = root or sysfs_root()
+    node = numa_node(bus_id, vendor, root)
+    if node is None:
+        return ()
+    system = os.path.join(root, "devices", "system")
+    try:
+        with open(os.path.join(system, "node", f"node{node}", "distance"),
+                  encoding="ascii") as f:
+            distances = [int(d) for d in f.read().split()]
+    except (OSError, ValueError):
+        return (node,)
+    others = [d for i, d in enumerate(distances) if i != node]
+    if node >= len(distances) or not others:
+        return (node,)
+    nearest, socket = min(others), _socket(system, node)
+    return (node, *(i for i, d in enumerate(distances)
+                    if i != node and d == nearest
+                    and (socket is None or _socket(system, i) in (None, socket))))
+
+
+def _socket(system: str, node: int) -> int | None:
+    """The socket (``physical_package_id``) of NUMA node ``node``'s first CPU; None when
+    sysfs does not say."""
+    try:
+        with open(os.path.join(system, "node", f"node{node}", "cpulist"), encoding="ascii") as f:
+            first = f.read().strip().split(",")[0].split("-")[0]
+        with open(os.path.join(system, "cpu", f"cpu{int(first)}", "topology",
+                               "physical_package_id"), encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def numa_attribute(node: int | None, nodes: tuple[int, ...], as_list: bool
+                   ) -> dict[str, dict[str, Any]]:
+    """The ``numaNode`` attribute of a device on NUMA node ``node`` (None: none published):
+    its list form ``nodes`` (``numa_nodes``) with ``as_list``, else the scalar."""
+    if node is None:
+        return {}
+    if as_list and nodes:
+        return {NUMA_NODE: {"ints": list(nodes)}}
+    return {NUMA_NODE: {"int": node}}

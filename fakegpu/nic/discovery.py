@@ -33,6 +33,7 @@ class Nic:
     uverbs_dev: tuple[int, int] | None = None  # (major, minor) of /dev/infiniband/<uverbs>
     pcie_root: str = ""  # "" when unknown: the attribute is left out
     numa_node: int | None = None
+    numa_list: tuple[int, ...] = ()  # numaNode's list form (kubeletplugin.pcie.numa_nodes)
     link_up: bool = True  # sysfs carrier (a nic-link-down fault sets it 0)
     mtu: int = 0  # 0 when sysfs does not say
     infiniband: bool = False  # net/<if>/type 32 (IPoIB), else Ethernet
@@ -80,6 +81,7 @@ def discover(root: str | None = None) -> list[Nic]:
                 role=_read(net / sysfs.ROLE_FILE), rdma=rdma, uverbs=uverbs, uverbs_dev=dev,
                 pcie_root=where[1],
                 numa_node=pcie.numa_node(bus, sysfs.MELLANOX_VENDOR, root),
+                numa_list=pcie.numa_nodes(bus, sysfs.MELLANOX_VENDOR, root),
                 link_up=_read(net / "carrier") != "0",
                 mtu=int(mtu) if (mtu := _read(net / "mtu")).isdigit() else 0,
                 infiniband=_read(net / "type") == str(sysfs.ARPHRD["ib"]),

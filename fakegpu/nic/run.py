@@ -41,6 +41,7 @@ class Options:
     write_status: bool = True
     rediscover_interval_s: float = 10.0
     grace_period_s: float = 30.0
+    numa_node_list: bool = False  # numaNode in its list form (KEP-5491)
 
 
 class NicPublisher(PoolPublisher):
@@ -48,9 +49,10 @@ class NicPublisher(PoolPublisher):
     (before the apiserver is asked: a fault reaches a pod while the apiserver is away too)."""
 
     def __init__(self, kube: SliceApi, driver: str, node: str, interval_s: float,
-                 nic_driver: NicDriver) -> None:
+                 nic_driver: NicDriver, numa_list: bool = False) -> None:
         super().__init__(kube, driver, node, interval_s, name="nic-slice-publisher")
         self._nic_driver = nic_driver
+        self._numa_list = numa_list
         self._found: Sequence[Nic] = ()
 
     def sync(self) -> bool:
@@ -61,7 +63,7 @@ class NicPublisher(PoolPublisher):
     def desired(self, version: str, generation: int,
                 owner: dict[str, Any] | None) -> list[dict[str, Any]]:
         return [slices.build_slice(self._driver, self._node, self._found, version,
-                                   generation, owner)]
+                                   generation, owner, self._numa_list)]
 
 
 def run(opts: Options, stop: threading.Event | None = None) -> int:
@@ -78,7 +80,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  instance=opts.instance_id, write_status=opts.write_status),
                        kube, discovery.discover)
     publisher = NicPublisher(kube, opts.driver_name, opts.node_name, opts.rediscover_interval_s,
-                             driver)
+                             driver, opts.numa_node_list)
     publisher.start()
     servers = PluginServers(driver, paths)
     log.info("serving driver=%s node=%s registration=%s dra=%s state=%s", opts.driver_name,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fakegpu import drivers
-from fakegpu.kubeletplugin import slicepool
+from fakegpu.kubeletplugin import pcie, slicepool
 
 from .discovery import Nic
 
@@ -41,16 +41,14 @@ def device_name(nic: Nic, driver: str = drivers.NIC) -> str:
     return re.sub(r"[^a-z0-9-]", "-", nic.name.lower()).strip("-")[:63] or "nic"
 
 
-def _where(nic: Nic) -> dict[str, dict[str, Any]]:
+def _where(nic: Nic, numa_list: bool) -> dict[str, dict[str, Any]]:
     attrs: dict[str, dict[str, Any]] = {}
     if nic.pcie_root:
         attrs["resource.kubernetes.io/pcieRoot"] = {"string": nic.pcie_root}
-    if nic.numa_node is not None:
-        attrs["resource.kubernetes.io/numaNode"] = {"int": nic.numa_node}
-    return attrs
+    return attrs | pcie.numa_attribute(nic.numa_node, nic.numa_list, numa_list)
 
 
-def dranet_attributes(nic: Nic) -> dict[str, dict[str, Any]]:
+def dranet_attributes(nic: Nic, numa_list: bool = False) -> dict[str, dict[str, Any]]:
     """A NIC function's attributes under DRANET's names, as its inventory reads a host."""
     def a(name: str, kind: str, value: Any) -> tuple[str, dict[str, Any]]:
         return DRANET_PREFIX + name, {kind: value}
@@ -75,12 +73,14 @@ def dranet_attributes(nic: Nic) -> dict[str, dict[str, Any]]:
         attrs.update([a("rdmaDevice", "string", nic.rdma)])
     if nic.numa_node is not None:
         attrs.update([a("numaNode", "int", nic.numa_node)])
-    return attrs | _where(nic)
+    return attrs | _where(nic, numa_list)
 
 
-def attributes(nic: Nic, driver: str = drivers.NIC) -> dict[str, dict[str, Any]]:
+def attributes(nic: Nic, driver: str = drivers.NIC, numa_list: bool = False
+               ) -> dict[str, dict[str, Any]]:
+    """``numa_list``: the standard numaNode in its list form (KEP-5491)."""
     if drivers.is_dranet(driver):
-        return dranet_attributes(nic)
+        return dranet_attributes(nic, numa_list)
     attrs: dict[str, dict[str, Any]] = {
         "type": {"string": "nic"},
         "interfaceName": {"string": nic.name},
@@ -94,20 +94,22 @@ def attributes(nic: Nic, driver: str = drivers.NIC) -> dict[str, dict[str, Any]]
         attrs["role"] = {"string": nic.role}
     if nic.rdma:
         attrs["rdmaDevice"] = {"string": nic.rdma}
-    return attrs | _where(nic)
+    return attrs | _where(nic, numa_list)
 
 
-def device_body(driver: str, nic: Nic) -> dict[str, Any]:
-    body: dict[str, Any] = {"attributes": attributes(nic, driver)}
+def device_body(driver: str, nic: Nic, numa_list: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"attributes": attributes(nic, driver, numa_list)}
     if not nic.link_up:  # nothing new is scheduled onto a NIC without a link
         body["taints"] = [{"key": f"{driver}/{TAINT_LINK_DOWN}", "effect": "NoSchedule"}]
     return body
 
 
 def build_slice(driver: str, node: str, nics: Sequence[Nic], version: str, generation: int,
-                owner: dict[str, Any] | None) -> dict[str, Any]:
+                owner: dict[str, Any] | None, numa_list: bool = False) -> dict[str, Any]:
+    # One slice: a node has at most 64 NICs (topology.pcie.MAX_NICS), the apiserver's limit
+    # for a slice with list attributes or taints.
     return slicepool.pool_slice(
         driver, node, version, generation,
-        [slicepool.device(device_name(n, driver), device_body(driver, n), version)
+        [slicepool.device(device_name(n, driver), device_body(driver, n, numa_list), version)
          for n in nics],
         owner, MANAGED_BY)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,13 +71,20 @@ def keep_or_render(topology: Topology, node: str, path: Path, source: Path) -> P
     return state
 
 
+def nic_plugin_args(node: Node) -> list[str]:
+    """The flags a topology node asks of its NIC plugin (and its GPU plugin too): numaNode in
+    its list form (``pcie.numa_attribute: list``)."""
+    return ["--numa-node-list"] if node.pcie is not None and node.pcie.numa_list else []
+
+
 def plugin_args(node: Node) -> list[str]:
     """The plugin flags a topology node asks for, the same on every provider: NVIDIA's
-    DynamicMIG (``mig.dynamic``), GPUs shared by memory (``shared``) and GPUs attached before
-    use (``attach``)."""
+    DynamicMIG (``mig.dynamic``), GPUs shared by memory (``shared``), GPUs attached before
+    use (``attach``) and numaNode's form (``nic_plugin_args``)."""
     from fakegpu.topology.model import ATTACH_BROKEN, ATTACH_HOTPLUG
 
     args = ["--dynamic-mig"] if node.dynamic_mig else []
+    args += nic_plugin_args(node)
     if node.shared_minors:
         args.append("--shared-gpus=" + ",".join(map(str, node.shared_minors)))
     for flag, mode in (("--attach-gpus", ATTACH_HOTPLUG), ("--broken-attach-gpus", ATTACH_BROKEN)):
@@ -86,10 +93,12 @@ def plugin_args(node: Node) -> list[str]:
     return args
 
 
-def _topology_args(environ: Mapping[str, str], node: str) -> list[str]:
+def topology_args(environ: Mapping[str, str], node: str,
+                  flags: Callable[[Node], list[str]] = plugin_args) -> list[str]:
+    """``flags`` of ``node`` in the container's topology."""
     from fakegpu.topology.load import load_topology
 
-    return plugin_args(load_topology(environ.get(TOPOLOGY_ENV) or DEFAULT_TOPOLOGY).node(node))
+    return flags(load_topology(environ.get(TOPOLOGY_ENV) or DEFAULT_TOPOLOGY).node(node))
 
 
 def exec_fakegpu(who: str, what: str, env: Mapping[str, str], *args: str) -> int:
@@ -107,7 +116,7 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         env, node = plugin_env(os.environ)
-        argv = [*_topology_args(os.environ, node), *argv]
+        argv = [*topology_args(os.environ, node), *argv]
     except FakegpuError as err:
         print(f"fakegpu entrypoint: {err}", file=sys.stderr)
         return err.exit_code

@@ -20,11 +20,12 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str]) -> int:
     from fakegpu.errors import FakegpuError
-    from fakegpu.node.entrypoint import exec_fakegpu, plugin_env
+    from fakegpu.node.entrypoint import exec_fakegpu, nic_plugin_args, plugin_env, topology_args
     from fakegpu.nvml.sysfs import SYSFS_ENV
 
     try:
         env, node = plugin_env(os.environ)
+        argv = [*topology_args(os.environ, node, nic_plugin_args), *argv]
     except FakegpuError as err:
         print(f"fakegpu nic entrypoint: {err}", file=sys.stderr)
         return err.exit_code

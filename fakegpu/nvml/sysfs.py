@@ -9,8 +9,9 @@ device directory's ``numa_node`` file. A fake GPU has no sysfs node, so the node
 gets one: ``<state>.sysfs/`` laid out like ``/sys`` for the topology's tree (root complex,
 root port, switch upstream and downstream ports, the endpoint), with ``vendor``, ``device``,
 ``class`` and ``numa_node`` in each GPU's and NIC's directory (and a GPU's ``resource``) and
-the ``bus/pci/devices`` links. Bridge names below the root are illustrative; the root's and
-endpoints' are the topology's. A node without a known tree gets no view, and its GPUs publish
+the ``bus/pci/devices`` links, and the NUMA nodes' distances and sockets under
+``devices/system`` (``numa_system``). Bridge names below the root are illustrative; the root's
+and endpoints' are the topology's. A node without a known tree gets no view, and its GPUs publish
 no root.
 
 A NIC's directory holds what a network driver reads there: ``net/<interface>/address`` (the
@@ -37,7 +38,7 @@ import shutil
 from pathlib import Path
 
 from fakegpu import fsutil
-from fakegpu.topology.model import Node, PciAddress, PcieRoot
+from fakegpu.topology.model import Node, PciAddress, PcieRoot, PcieTree
 from fakegpu.topology.pcie import nic_addresses
 
 SYSFS_ENV = "FAKEGPU_SYSFS"
@@ -180,6 +181,7 @@ def render(node: Node, target: str | Path) -> Path | None:
             endpoint(port(root_index), node.gpus[g].pci, gpu_files(g, root))
         for n in nics:
             nic(port(root_index), n, root)
+    numa_system(tree, tmp / "devices" / "system")
     old = target.with_name(f".{target.name}.{unique}.old")
     with contextlib.suppress(FileNotFoundError):  # the first render
         target.rename(old)
@@ -193,6 +195,36 @@ def render(node: Node, target: str | Path) -> Path | None:
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def numa_system(tree: PcieTree, system: Path) -> None:
+    """The NUMA nodes and sockets under ``devices/system``, what the list form of numaNode is
+    read from: ``node/node<N>/distance`` (ACPI SLIT: 10 local, 12 to a NUMA node of the same
+    socket, 32 to another socket's, the figures ``numactl --hardware`` shows on a two-socket AMD
+    EPYC; 21 between sockets of one NUMA node each, as on two-socket Xeons), ``cpulist`` and
+    ``cpu/cpu<K>/topology/physical_package_id``. One CPU per NUMA node, numbered as the node:
+    the view has no core count to tell, and only the socket matters here."""
+    sockets = tree.socket_numa
+    socket_of = {n: s for s, numa in enumerate(sockets) for n in numa}
+    several = any(len(numa) > 1 for numa in sockets)
+    ids = range(max(socket_of) + 1)
+
+    def distance(a: int, b: int) -> int:
+        if a == b:
+            return 10
+        if a in socket_of and socket_of[a] == socket_of.get(b):
+            return 12
+        return 32 if several else 21
+
+    for n, s in socket_of.items():
+        where = system / "node" / f"node{n}"
+        where.mkdir(parents=True)
+        (where / "distance").write_text(" ".join(str(distance(n, m)) for m in ids) + "\n",
+                                        encoding="ascii")
+        (where / "cpulist").write_text(f"{n}\n", encoding="ascii")
+        topology = system / "cpu" / f"cpu{n}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(f"{s}\n", encoding="ascii")
 
 
 def nic_names(view: str | Path) -> list[str]:

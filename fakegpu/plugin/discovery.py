@@ -142,6 +142,8 @@ class Device:
     pci_bus_id: str  # "0000:3b:00.0", the form resource.kubernetes.io/pciBusID uses
     pcie_root: str = ""  # "" when unknown (no sysfs node): the attribute is left out
     numa_node: int | None = None  # sysfs numa_node; None when unknown or -1: left out
+    # numaNode's list form: numa_node, then its socket's equidistant NUMA nodes (pcie.py)
+    numa_list: tuple[int, ...] = ()
     addressing_mode: str = ""  # "HMM" | "ATS" | "None"; "" where NVML does not support it
     parent_uuid: str = ""
     profile: str = ""  # MIG profile, e.g. "1g.10gb"
@@ -487,6 +489,7 @@ def _gpu_device(index: int, handle: Any, nvlink_peers: int) -> Device:
         cuda_compute_capability=f"{major_cc}.{minor_cc}",
         memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
         pci_bus_id=bus, pcie_root=pcie_root(bus), numa_node=numa_node(bus),
+        numa_list=pcie.numa_nodes(bus, NVIDIA_PCI_VENDOR),
         clique_id=clique, fabric=fabric,
         nvlink_peers=nvlink_peers, index=index, addressing_mode=addressing_mode(handle),
     )

@@ -57,6 +57,7 @@ class Options:
     probe_port: int | None = None  # GET /readyz on this TCP port (None: not served)
     nvidia_release: str = shape.CURRENT  # NVIDIA's release whose slice shape to follow
     consumable_shares: str = shape.SHARES_DISABLED  # NVIDIA's --consumable-shares policy
+    numa_node_list: bool = False  # numaNode in its list form (KEP-5491)
 
 
 def slice_shape(opts: Options, nvidia: bool) -> shape.Shape:
@@ -68,7 +69,8 @@ def slice_shape(opts: Options, nvidia: bool) -> shape.Shape:
             raise InvalidInput(f"{flag}: NVIDIA's driver's option, expected --driver nvidia "
                                f"(got {printable(opts.driver_name)})")
     try:
-        return shape.Shape(nvidia, opts.nvidia_release, opts.consumable_shares)
+        return shape.Shape(nvidia, opts.nvidia_release, opts.consumable_shares,
+                           opts.numa_node_list)
     except ValueError as err:
         raise InvalidInput(str(err)) from None
 

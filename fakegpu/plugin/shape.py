@@ -42,11 +42,13 @@ def parse_shares(text: str) -> str:
 @dataclass(frozen=True)
 class Shape:
     """``nvidia``: NVIDIA's driver's shape (its driver name was chosen); ``release`` which of
-    its releases (``RELEASES``); ``consumable_shares`` its request policy."""
+    its releases (``RELEASES``); ``consumable_shares`` its request policy; ``numa_list``:
+    ``resource.kubernetes.io/numaNode`` in its list form (``--numa-node-list``, KEP-5491)."""
 
     nvidia: bool = False
     release: str = CURRENT
     consumable_shares: str = SHARES_DISABLED
+    numa_list: bool = False
 
     def __post_init__(self) -> None:
         if self.release not in RELEASES:

@@ -15,7 +15,7 @@ from typing import Any
 
 # GROUP, VERSIONS: the one resource.k8s.io rule (newest first), shared with cluster and test kit.
 from fakegpu.kube.resource import GROUP, VERSIONS
-from fakegpu.kubeletplugin import slicepool
+from fakegpu.kubeletplugin import pcie, slicepool
 from fakegpu.kubeletplugin.slicepool import Taint, slice_name
 
 from . import partitions
@@ -93,10 +93,10 @@ def device_attributes(device: Device, inventory: Inventory,
     # Both only when known, as NVIDIA's driver does: a MIG device carries its GPU's.
     if device.pcie_root:
         attrs["resource.kubernetes.io/pcieRoot"] = {"string": device.pcie_root}
-    # The standard NUMA attribute (KEP-6072) in its scalar form, which needs no feature gate;
-    # left out for a device without NUMA affinity, as the standard asks.
-    if device.numa_node is not None:
-        attrs["resource.kubernetes.io/numaNode"] = {"int": device.numa_node}
+    # The standard NUMA attribute (KEP-6072): its scalar form needs no feature gate, its list
+    # form (shape.numa_list) DRAListTypeAttributes; left out for a device without NUMA
+    # affinity, as the standard asks.
+    attrs.update(pcie.numa_attribute(device.numa_node, device.numa_list, shape.numa_list))
     if device.addressing_mode:
         attrs["addressingMode"] = {"string": device.addressing_mode}
     if device.type == "mig":
@@ -225,7 +225,7 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
             for name, counters in inventory.counter_sets]
     chunk_sets: list[list[dict[str, Any]]]
     chunks: list[Sequence[Device]]
-    if sets:
+    if sets or shape.numa_list:  # the apiserver's limit for counters and list attributes
         size = MAX_TAINTED_DEVICES_PER_SLICE
     if sets and separate_counters:
         chunk_sets = [sets[i:i + MAX_COUNTER_SETS_PER_SLICE]

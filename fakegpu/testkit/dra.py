@@ -164,6 +164,15 @@ def match_attribute(attribute: str, requests: Sequence[str] = ()) -> dict[str, A
     return out
 
 
+def distinct_attribute(attribute: str, requests: Sequence[str] = ()) -> dict[str, Any]:
+    """A constraint: the devices allocated for ``requests`` (all of the claim's when empty)
+    each have another value of ``attribute`` (lists: pairwise disjoint)."""
+    out: dict[str, Any] = {"distinctAttribute": attribute}
+    if requests:
+        out["requests"] = list(requests)
+    return out
+
+
 def device_request(version: str, name: str, device_class: str, *, count: int | None = 1,
                    cel: Sequence[str] = (), tolerations: Sequence[Mapping[str, Any]] = (),
                    admin_access: bool = False) -> dict[str, Any]:
@@ -356,8 +365,9 @@ def in_nvml_order(devices: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
 
 def attribute_value(device: Mapping[str, Any], name: str) -> Any:
     """The value of a slice device's attribute ``name`` (unqualified or ``<driver>/name``),
-    whatever its type (``string``, ``int``, ``bool``, ``version``); None when absent. In
-    v1beta1 the device's fields sit under ``basic``."""
+    whatever its type (``string``, ``int``, ``bool``, ``version``, or a list of one of them:
+    ``strings``, ``ints``, ``bools``, ``versions``, KEP-5491); None when absent. In v1beta1 the
+    device's fields sit under ``basic``."""
     fields = device.get("basic") or device
     attributes = fields.get("attributes") or {}
     found = attributes.get(name)
@@ -365,7 +375,7 @@ def attribute_value(device: Mapping[str, Any], name: str) -> Any:
         found = attributes.get(name.split("/", 1)[1])
     if not found:
         return None
-    for kind in ("string", "int", "bool", "version"):
+    for kind in ("string", "int", "bool", "version", "strings", "ints", "bools", "versions"):
         if kind in found:
             return found[kind]
     return None

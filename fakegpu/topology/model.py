@@ -184,6 +184,20 @@ class PcieTree:
     nics: tuple[Nic, ...]
     # Devices on a root port without a switch: (root index, GPU indices, NIC indices).
     direct: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+    # The NUMA nodes of each CPU socket (``pcie.sockets``); empty: each NUMA node of a root
+    # is a socket of its own. What the list form of numaNode is made of (numa_lists).
+    sockets: tuple[tuple[int, ...], ...] = ()
+    # The node's plugins publish resource.kubernetes.io/numaNode as a list (KEP-5491's
+    # DRAListTypeAttributes, 1.36+): the device's NUMA node, then the others of its socket.
+    numa_list: bool = False
+
+    @property
+    def socket_numa(self) -> tuple[tuple[int, ...], ...]:
+        """The NUMA nodes of each socket: the declared ones, else one socket per NUMA node
+        of the roots."""
+        if self.sockets:
+            return self.sockets
+        return tuple((n,) for n in sorted({r.numa_node for r in self.roots}))
 
     def gpu_root(self, gpu: int) -> PcieRoot | None:
         for sw in self.switches:

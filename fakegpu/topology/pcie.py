@@ -11,22 +11,31 @@ pcie:
       nics: [enp69s0f0]         # on a root port, no switch (gpus: too)
   nics:
     - {name: ibp21s0, model: ConnectX-7, gbps: 400, pci: "0000:15:00.0", rdma: mlx5_0}
+  sockets: [[0, 1, 2, 3], [4, 5, 6, 7]]   # optional: the NUMA nodes of each CPU socket
+  numa_attribute: list      # optional: how plugins publish numaNode (scalar, the default)
 ```
 
 Every GPU of the node and every NIC listed must sit in exactly one place, under a root of its
-own PCI domain and above its bus. A GPU's NUMA node is its root's.
+own PCI domain and above its bus. A GPU's NUMA node is its root's. ``sockets`` (several NUMA
+nodes per socket: AMD EPYC's NPS2/NPS4, Intel's sub-NUMA clustering) must name every root's
+NUMA node once; without it each NUMA node is a socket of its own. ``numa_attribute: list``
+makes the node's plugins publish ``resource.kubernetes.io/numaNode`` in its list form (KEP-5491:
+the device's NUMA node, then the other NUMA nodes of its socket), which needs Kubernetes 1.36+.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from dataclasses import replace
 from typing import Any
 
 from .fields import Report, join, type_name
 from .model import Nic, NicRole, PciAddress, PcieRoot, PcieSwitch, PcieTree
 
 MAX_NUMA = 63
+NUMA_SCALAR, NUMA_LIST = "scalar", "list"
+NUMA_FORMS = (NUMA_SCALAR, NUMA_LIST)
 MAX_NICS = 64
 MAX_GBPS = 16000.0  # as network.MAX_GBPS_PER_GPU: 1.6 Tb/s ports exist, ten times that is a typo
 _ROOT = re.compile(r"pci([0-9a-fA-F]{4}):([0-9a-fA-F]{2})")
@@ -53,10 +62,15 @@ def parse(report: Report, raw: Any, path: str, gpu_pci: list[PciAddress],
           taken: dict[str, str]) -> PcieTree | None:
     """Validate one ``pcie`` mapping for a node of ``gpu_pci`` GPUs; ``taken`` maps bus ids
     already used on the node (NVSwitches) to what uses them."""
-    data = report.mapping(raw, path, ("roots", "nics"))
+    data = report.mapping(raw, path, ("roots", "nics", "sockets", "numa_attribute"))
     if data is None:
         return None
     before = len(report.problems)
+    form = report.get(data, "numa_attribute", path, str, default=NUMA_SCALAR)
+    if form is not None and form not in NUMA_FORMS:
+        report.add(join(path, "numa_attribute"), f"is {form!r}, expected one of "
+                                                 f"{', '.join(NUMA_FORMS)}")
+    sockets = _sockets(report, data.get("sockets"), join(path, "sockets"))
     nics = _nics(report, data.get("nics"), join(path, "nics"),
                  {**taken, **{a.bus_id: f"GPU {i}" for i, a in enumerate(gpu_pci)}})
     roots_raw = data.get("roots")
@@ -85,8 +99,14 @@ def parse(report: Report, raw: Any, path: str, gpu_pci: list[PciAddress],
         nic_ids = placed.nics(report, entry.get("nics"), join(where, "nics"), root)
         if gpus or nic_ids:
             placed.direct.append((len(roots) - 1, gpus, nic_ids))
-    if len(report.problems) > before or nics is None:
+    if len(report.problems) > before or nics is None or sockets is None:
         return None
+    for root in roots:
+        if sockets and not any(root.numa_node in numa for numa in sockets):
+            report.add(join(path, "sockets"), f"names no socket for NUMA node {root.numa_node} "
+                                              f"of root {root.name}, expected every root's "
+                                              "NUMA node in one socket")
+            return None
     for i in range(len(gpu_pci)):
         if i not in placed.gpu_at:
             report.add(join(path, "roots"), f"GPU {i} is under no root or switch, expected "
@@ -97,17 +117,40 @@ def parse(report: Report, raw: Any, path: str, gpu_pci: list[PciAddress],
             report.add(join(path, "roots"), f"NIC '{nic.name}' is under no root or switch, "
                                             "expected every NIC placed")
             return None
-    return PcieTree(tuple(roots), tuple(placed.switches), tuple(nics), tuple(placed.direct))
+    return PcieTree(tuple(roots), tuple(placed.switches), tuple(nics), tuple(placed.direct),
+                    sockets, form == NUMA_LIST)
 
 
 def restrict(tree: PcieTree, gpus: int) -> PcieTree:
     """The tree of a node with only the first ``gpus`` positions of a baseboard populated."""
-    return PcieTree(
-        tree.roots,
-        tuple(PcieSwitch(s.root, tuple(g for g in s.gpus if g < gpus), s.nics)
-              for s in tree.switches),
-        tree.nics,
-        tuple((r, tuple(g for g in gs if g < gpus), ns) for r, gs, ns in tree.direct))
+    return replace(
+        tree,
+        switches=tuple(PcieSwitch(s.root, tuple(g for g in s.gpus if g < gpus), s.nics)
+                       for s in tree.switches),
+        direct=tuple((r, tuple(g for g in gs if g < gpus), ns) for r, gs, ns in tree.direct))
+
+
+def _sockets(report: Report, raw: Any, path: str) -> tuple[tuple[int, ...], ...] | None:
+    """``sockets``: a list of non-empty lists of NUMA node ids, each id in one socket."""
+    out: list[tuple[int, ...]] = []
+    seen: dict[int, int] = {}
+    for s, numa in enumerate(_list(report, raw, path)):
+        where = join(path, s)
+        if not isinstance(numa, list) or not numa:
+            report.add(where, f"is {type_name(numa)}, expected a non-empty list of the "
+                              "socket's NUMA nodes")
+            return None
+        for n, node in enumerate(numa):
+            if not isinstance(node, int) or isinstance(node, bool) or not 0 <= node <= MAX_NUMA:
+                report.add(join(where, n), f"is {node!r}, expected a NUMA node 0..{MAX_NUMA}")
+                return None
+            if node in seen:
+                report.add(join(where, n), f"NUMA node {node} is also in socket {seen[node]}, "
+                                           "expected each NUMA node in one socket")
+                return None
+            seen[node] = s
+        out.append(tuple(numa))
+    return tuple(out)
 
 
 class _Placed:

@@ -302,10 +302,10 @@ def start_plugin(
 
 
 def start_nic_plugin(layout: NodeLayout, nvml_env: Mapping[str, str],
-                     driver: str) -> ProcessRecord:
+                     driver: str, extra_args: Sequence[str] = ()) -> ProcessRecord:
     """The node's NIC plugin (fakegpu/nic) as ``driver`` (nic.fakegpu.dev, dra.net): it reads
     the node's sysfs view, which ``nvml_env`` points to (FAKEGPU_SYSFS), under the GPU
-    plugin's service account."""
+    plugin's service account; ``extra_args``: the topology's flags for it."""
     env = dict(os.environ)
     env.pop("POD_UID", None)
     env.update(nvml_env)
@@ -316,6 +316,7 @@ def start_nic_plugin(layout: NodeLayout, nvml_env: Mapping[str, str],
         "--kubelet-root", str(layout.kubelet_root),
         "--cdi-root", str(layout.cdi_dir),
         "--state-dir", str(layout.nic_state_dir),
+        *extra_args,
     ], layout.log_dir / "nic-plugin.log", env=env)
 
 

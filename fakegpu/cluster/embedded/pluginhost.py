@@ -67,7 +67,8 @@ def show_pcie_tree(view: Path, stage: Path, sys_root: Path = Path("/sys")) -> No
     root complexes, which replace a host root of the same name; ``bus/pci/devices`` is the
     view's."""
     devices = sys_root / "devices"
-    roots = {p.name for p in (view / "devices").iterdir()}
+    # The root complexes only: the host's CPUs and NUMA nodes (devices/system) stay its own.
+    roots = {p.name for p in (view / "devices").iterdir() if p.name.startswith("pci")}
     stage.mkdir(parents=True, exist_ok=True)
     mount("--bind", devices, stage)
     mount("-t", "tmpfs", "-o", "mode=0755", "fakegpu-sysfs-devices", devices)

@@ -30,7 +30,7 @@ from fakegpu.cluster.process import (
 )
 from fakegpu.deploy.manifests import Install
 from fakegpu.kube import api as kubeapi
-from fakegpu.node.entrypoint import plugin_args
+from fakegpu.node.entrypoint import nic_plugin_args, plugin_args
 from fakegpu.nvml.sysfs import SYSFS_ENV
 from fakegpu.plugin import version as plugin_version
 from fakegpu.topology.load import load_topology
@@ -75,11 +75,12 @@ class EmbeddedNode:
     """One worker: its layout, its recorded processes, and how to start and stop them."""
 
     def __init__(self, st: ClusterState, n: NodeState, policy: WaitPolicy,
-                 plugin_args: Sequence[str] = ()) -> None:
+                 plugin_args: Sequence[str] = (), nic_args: Sequence[str] = ()) -> None:
         self.st = st
         self.state = n
         self.policy = policy
-        self.plugin_args = list(plugin_args)  # the topology's flags for this node
+        self.plugin_args = list(plugin_args)  # the topology's flags for this node's plugins
+        self.nic_args = list(nic_args)
         self.layout: NodeLayout = st.layout(n)
 
     @property
@@ -214,7 +215,8 @@ class EmbeddedNode:
 
     def start_nics(self, env: dict[str, str]) -> None:
         self._credentials()
-        self.record(NICS, nodemod.start_nic_plugin(self.layout, env, self.st.nic_driver))
+        self.record(NICS, nodemod.start_nic_plugin(self.layout, env, self.st.nic_driver,
+                                                   self.nic_args))
 
     def wait_nics(self) -> None:
         rec = self.process(NICS)
@@ -284,4 +286,5 @@ def nodes(st: ClusterState, policy: WaitPolicy, topology: Topology | None = None
           ) -> list[EmbeddedNode]:
     """Every real node of the cluster; the topology (its plugin flags) read once for all."""
     topo = topology or load_topology(Path(st.topology))
-    return [EmbeddedNode(st, n, policy, plugin_args(topo.node(n.name))) for n in st.nodes]
+    return [EmbeddedNode(st, n, policy, plugin_args(topo.node(n.name)),
+                         nic_plugin_args(topo.node(n.name))) for n in st.nodes]
