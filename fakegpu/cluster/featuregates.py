@@ -65,6 +65,11 @@ _GATES: tuple[_Gate, ...] = (
     # GPU refused at scheduling); milli-unit capacity ranges (KEP-5075, beta).
     _Gate("DRADeviceCompatibilityGroups", 37),
     _Gate("DRAFractionalCapacityRange", 37),
+    # Beta but off in 1.37-1.38: PodGroups with gang scheduling (KEP-4671, its API
+    # scheduling.k8s.io/v1beta1 switched on below; alpha before 1.37 with other API versions)
+    # and claims a PodGroup's pods share (KEP-5729, which needs GenericWorkload).
+    _Gate("GenericWorkload", 37),
+    _Gate("DRAWorkloadResourceClaims", 37),
 )
 
 # resource.k8s.io versions to switch on (all served ones besides the default v1), per minor.
@@ -120,10 +125,17 @@ def require(minor: int, gate: str, what: str) -> None:
                            f"this cluster would run 1.{minor}")
 
 
+# Other API versions the gates above need: PodGroup and Workload (GenericWorkload), served in
+# scheduling.k8s.io/v1beta1 from 1.37 (k8s.io/kubernetes pkg/registry/scheduling/rest).
+_OTHER_APIS: tuple[tuple[str, int], ...] = (("scheduling.k8s.io/v1beta1", 37),)
+
+
 def runtime_config(minor: int) -> dict[str, bool]:
-    """``--runtime-config`` entries enabling every served resource.k8s.io version."""
+    """``--runtime-config`` entries enabling every served resource.k8s.io version, and the
+    other API versions the gates need."""
     _check_minor(minor)
-    return {f"resource.k8s.io/{v}": True for v in _API_VERSIONS[minor]}
+    return {**{f"resource.k8s.io/{v}": True for v in _API_VERSIONS[minor]},
+            **{api: True for api, first in _OTHER_APIS if first <= minor}}
 
 
 def format_map(values: Mapping[str, bool]) -> str:

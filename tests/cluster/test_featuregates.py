@@ -98,7 +98,8 @@ def test_138_drops_dynamic_resource_allocation_and_keeps_the_rest() -> None:
     # The 1.38 apiserver no longer serves resource.k8s.io/v1beta1 (removed in 1.38).
     assert "resource.k8s.io/v1beta1" in fg.runtime_config(37)
     assert fg.runtime_config(38) == {"resource.k8s.io/v1alpha3": True,
-                                     "resource.k8s.io/v1beta2": True}
+                                     "resource.k8s.io/v1beta2": True,
+                                     "scheduling.k8s.io/v1beta1": True}
 
 
 def test_runtime_config_per_release() -> None:
@@ -106,6 +107,9 @@ def test_runtime_config_per_release() -> None:
                                      "resource.k8s.io/v1beta1": True}
     assert "resource.k8s.io/v1beta2" in fg.runtime_config(33)
     assert "resource.k8s.io/v1beta2" in fg.runtime_config(37)
+    # PodGroups (GenericWorkload) from 1.37 on.
+    assert "scheduling.k8s.io/v1beta1" in fg.runtime_config(37)
+    assert "scheduling.k8s.io/v1beta1" not in fg.runtime_config(36)
 
 
 @pytest.mark.parametrize("minor", [31, 39])
