@@ -479,7 +479,7 @@ def test_dynamic_mig_publishes_every_placement_as_a_partition(dmig_cluster: Clus
     assert whole["capacity"]["memory"] == largest["capacity"]["memory"], (whole, largest)
 
 
-def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after(
+def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after_a_restart(
         dmig_cluster: ClusterInfo, dmig_api: Any, dmig_ns: str) -> None:
     cluster, ns = dmig_cluster, dmig_ns
     resource_api = ResourceApi(dmig_api)
@@ -499,6 +499,15 @@ def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after(
     assert len(made) == 1 and made[0]["profile"] == DMIG_PROFILE, made
     listed = smi_listing(core, ns, "p")
     assert len(listed) == 2 and listed[1].endswith(f"(UUID: {made[0]['uuid']})"), listed
+
+    # The plugin restarts between prepare and unprepare (its pod deleted and made again, an
+    # upgrade): the instance it made stays with the running pod, and the new plugin, which
+    # finds it in its checkpoint, destroys it at unprepare.
+    get_provider(cluster.provider).restart_plugin(cluster.name, DMIG_NODE)
+    assert node_mig_devices(cluster) == made
+    pod = k8s.read_pod(core, ns, "p")
+    assert pod.status.phase == "Running" and not any(
+        c.restart_count for c in pod.status.container_statuses or ()), pod.status
 
     core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
     k8s.wait_pod_gone(core, ns, "p")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu.cluster import get_provider
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -261,7 +262,7 @@ def status_uuids(api: ResourceApi, namespace: str, pod: Any, pod_claim: str) -> 
 
 # serial: it requires the dynamic-MIG H100 to hold no MIG device but its own, before and after.
 @pytest.mark.serial
-def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
+def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after_a_restart(
     fakegpu_cluster: ClusterInfo,
     core_v1: kclient.CoreV1Api,
     resource_api: ResourceApi,
@@ -291,6 +292,16 @@ def test_dynamic_1g_and_3g_claims_are_created_on_one_h100_and_destroyed_after(
     listed = smi(fakegpu_cluster, DYNAMIC_NODE)
     for name, uuid in seen.items():
         assert uuid in listed, f"NVML on {DYNAMIC_NODE} does not list {name}'s {uuid}:\n{listed}"
+
+    # The plugin restarts between prepare and unprepare (its pod deleted and made again): the
+    # instances stay with the running pods, and the new plugin destroys them at unprepare.
+    get_provider(fakegpu_cluster.provider).restart_plugin(fakegpu_cluster.name, DYNAMIC_NODE)
+    after = smi(fakegpu_cluster, DYNAMIC_NODE)
+    assert all(uuid in after for uuid in seen.values()), after
+    for name in seen:
+        pod = k8s.read_pod(core_v1, namespace, name)
+        assert pod.status.phase == "Running" and not any(
+            c.restart_count for c in pod.status.container_statuses or ()), pod.status
 
     for name in seen:
         core_v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)

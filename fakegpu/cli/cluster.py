@@ -79,15 +79,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     name_arg(logs)
     logs.set_defaults(func=_logs)
 
-    node = cmds.add_parser("node", help="stop or start one worker node")
+    node = cmds.add_parser("node", help="stop or start one worker node, or restart its plugin")
     node_cmds = node.add_subparsers(dest="node_command", metavar="ACTION")
     for action, text in (("stop", "stop the node's plugin, kubelet and containerd (a "
                                   "simulated node: NotReady, its ResourceSlices withdrawn)"),
-                         ("start", "start a stopped node and wait until it is Ready")):
+                         ("start", "start a stopped node and wait until it is Ready"),
+                         ("restart-plugin", "stop the node's GPU plugin (fakegpu's or "
+                                            "--plugin-bin's) as the kubelet stops a deleted "
+                                            "plugin pod, start it again and wait until its "
+                                            "slices are published; pods keep running")):
         p = node_cmds.add_parser(action, help=text)
         options.add_node(p, help="the worker's name (as in the topology)", positional=True)
         name_arg(p)
-        p.set_defaults(func=_node_stop if action == "stop" else _node_start)
+        p.set_defaults(func={"stop": _node_stop, "start": _node_start}.get(
+            action, _node_restart_plugin))
     node.set_defaults(func=show_help(node))
 
     upgrade = cmds.add_parser(
@@ -314,12 +319,17 @@ def _node_start(args: argparse.Namespace) -> int:
     return _node(args, "starting", "is Ready")
 
 
+def _node_restart_plugin(args: argparse.Namespace) -> int:
+    return _node(args, "restarting the plugin of", "has its plugin serving again")
+
+
 def _node(args: argparse.Namespace, doing: str, done: str) -> int:
     if not args.node:
         raise InvalidInput("--node NAME is required (a worker of the cluster)")
     console = _console()
     provider = _provider(args, console)
-    act = provider.stop_node if doing == "stopping" else provider.start_node
+    act = {"stopping": provider.stop_node, "starting": provider.start_node}.get(
+        doing, provider.restart_plugin)
     with console.status(f"{doing} node {args.node} ..."):
         act(args.cluster, args.node)
     console.print(f"node {args.node} {done}")

@@ -191,6 +191,9 @@ class Lifecycle:
     def start_node(self, name: str, node: str) -> None:
         self.provider.start_node(validate_name(name), node)
 
+    def restart_plugin(self, name: str, node: str) -> None:
+        self.provider.restart_plugin(validate_name(name), node)
+
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
         return self.provider.node_nvml(validate_name(name), node, args)

@@ -173,6 +173,12 @@ class Provider(Protocol):
         """Start a stopped worker again and wait until it is Ready."""
         ...
 
+    def restart_plugin(self, name: str, node: str) -> None:
+        """Stop the node's GPU plugin as the kubelet stops a deleted plugin pod (SIGTERM, its
+        grace), start it again and return once it serves (its slices published); its pods
+        and their prepared claims stay."""
+        ...
+
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = ...) -> list[str]:
         """Roll every worker's plugin to ``target`` (version, strategy), node by node, as the
@@ -250,6 +256,8 @@ class Clusters(Protocol):
     def stop_node(self, name: str, node: str) -> None: ...
 
     def start_node(self, name: str, node: str) -> None: ...
+
+    def restart_plugin(self, name: str, node: str) -> None: ...
 
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = ...) -> list[str]: ...

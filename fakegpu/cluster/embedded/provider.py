@@ -24,6 +24,7 @@ from fakegpu.cluster.embedded import (
     teardown,
     worker,
 )
+from fakegpu.cluster.embedded.layout import NodeBinaries
 from fakegpu.cluster.embedded.state import (
     ClusterState,
     cached_binaries,
@@ -148,6 +149,24 @@ class EmbeddedProvider:
         if node in st.simulated:
             fleet.start_node(st.kubeconfig, node, st.driver, self.policy)
             return
+        member, bins = self._member(st, node)
+        member.start_missing(bins)
+
+    def restart_plugin(self, name: str, node: str) -> None:
+        st = load_ready(name)
+        if node in st.simulated:
+            raise InvalidInput(f"node {node!r} of cluster {name!r} is simulated: it runs no "
+                               "plugin (the fleet publisher writes its slices)")
+        member, bins = self._member(st, node)
+        if not member.state.running:
+            raise InvalidInput(f"node {node!r} of cluster {name!r} is stopped: start it "
+                               f"(`fakegpu cluster node start {node}`)")
+        member.restart_plugin(bins)
+
+    def _member(self, st: ClusterState, node: str
+                ) -> tuple[worker.EmbeddedNode, NodeBinaries]:
+        """A real worker with the binaries its kubelet runs; InvalidInput for an unknown node,
+        MissingPrerequisite when those binaries are gone from the cache."""
         st.node(node)  # an unknown node is bad input
         member = next(m for m in worker.nodes(st, self.policy) if m.name == node)
         # Its own kubelet's version: an interrupted upgrade-kubernetes leaves them mixed.
@@ -157,7 +176,7 @@ class EmbeddedProvider:
             raise MissingPrerequisite(f"Kubernetes {version} binaries are no longer cached: "
                                       f"run `fakegpu cluster binaries --k8s-version {version}` "
                                       "or recreate")
-        member.start_missing(bins)
+        return member, bins
         member.state.running = True
         st.save()
 

@@ -52,6 +52,9 @@ COMPUTE_DOMAINS = Component(computedomains.PLUGIN, False)
 NICS = Component("nic-plugin", False)  # the NIC driver's plugin (fakegpu/nic)
 # Start order; stopped in the reverse order.
 COMPONENTS = (CONTAINERD, KUBELET, EXTERNAL, PLUGIN, PENDING, COMPUTE_DOMAINS, NICS)
+# A plugin pod's terminationGracePeriodSeconds (the chart's 30; the plugin's own grace period
+# is as long) and a little.
+PLUGIN_GRACE_S = 35.0
 
 
 def install_values(st: ClusterState, api_version: str = "v1") -> Install:
@@ -120,6 +123,16 @@ class EmbeddedNode:
             terminate(rec)
         if bins is not None:
             kill_pids(nodemod.shim_pids(self.layout))
+
+    def restart_plugin(self, bins: NodeBinaries) -> None:
+        """Stop the node's GPU plugin (fakegpu's, or another vendor's ``--plugin-bin``) as the
+        kubelet stops a deleted plugin pod (SIGTERM, 30 s of grace and a little), then start
+        it again and wait for its slices, as ``start_missing`` does. The pods keep running."""
+        for comp in (EXTERNAL, PLUGIN):
+            rec = self.process(comp)
+            if rec is not None:
+                terminate(rec, PLUGIN_GRACE_S)
+        self.start_missing(bins)
 
     # --- starting, in COMPONENTS order ------------------------------------------------------
 

@@ -332,6 +332,18 @@ class KindProvider:
         self._network(st)
         wait_until(f"node {node} Ready", lambda: self._node_ready(st, node), self.policy)
 
+    def restart_plugin(self, name: str, node: str) -> None:
+        from fakegpu.cluster.kind import upgrade
+
+        st = self._ready_state(name)
+        self._worker(st, node)  # an unknown node is bad input
+        chart = st.driver_chart()
+        if chart is not None:
+            raise InvalidInput(f"cluster {name!r} runs another vendor's chart "
+                               f"({chart.chart}): delete its plugin pod on {node} with kubectl "
+                               f"(namespace {chart.namespace})")
+        upgrade.restart_pod(st, node, self.policy)
+
     def node_nvml(self, name: str, node: str, args: Sequence[str]
                   ) -> subprocess.CompletedProcess[str]:
         # The node's NVML state lives in its fake node pod: the command runs there.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from fakegpu.cluster.kind import dockerhost, image, tools
-from fakegpu.cluster.process import run
+from fakegpu.cluster.process import WaitPolicy, run, wait_until
 from fakegpu.cluster.upgrade import Target, UpgradeStalled
 from fakegpu.errors import InvalidInput
 from fakegpu.kube import api as kubeapi
@@ -141,6 +141,33 @@ def not_ready(pods: list[Mapping[str, Any]]) -> list[str]:
 
 # The chart's plugin pods (its selector labels for release "fakegpu").
 PLUGIN_SELECTOR = "app.kubernetes.io/name=fakegpu,app.kubernetes.io/instance=fakegpu"
+
+
+def restart_pod(st: KindState, node: str, policy: WaitPolicy) -> None:
+    """Delete the DaemonSet's plugin pod on ``node`` (its kubelet stops it with the pod's
+    grace) and wait until its replacement there is Ready."""
+    from kubernetes import client as kclient
+
+    from fakegpu.cluster.kind.charts import NAMESPACE
+
+    def pods() -> list[Any]:
+        with kubeapi.session(st.kubeconfig) as api:
+            found: list[Any] = kclient.CoreV1Api(api).list_namespaced_pod(
+                NAMESPACE, label_selector=PLUGIN_SELECTOR,
+                field_selector=f"spec.nodeName={node}").items
+        return found
+
+    old = {p.metadata.uid for p in pods()}
+    with kubeapi.session(st.kubeconfig) as api:
+        for pod in pods():
+            kclient.CoreV1Api(api).delete_namespaced_pod(pod.metadata.name, NAMESPACE)
+
+    def replaced() -> bool:
+        return any(p.metadata.uid not in old and p.metadata.deletion_timestamp is None and any(
+            c.type == "Ready" and c.status == "True" for c in p.status.conditions or ())
+            for p in pods())
+
+    wait_until(f"a new plugin pod Ready on node {node}", replaced, policy)
 
 
 def plugin_instances(st: KindState) -> dict[str, list[dict[str, str]]]:
