@@ -89,5 +89,14 @@ def discover(root: str | None = None) -> list[Nic]:
     return sorted(found, key=lambda n: n.name)
 
 
+def link_dirs(root: str | None = None) -> list[Path]:
+    """The ``net/<interface>`` directories of the node's sysfs view, where a NIC's link state
+    is written (``carrier``, ``operstate``); none on a real /sys, too large to watch."""
+    if not has_view() and root is None:
+        return []
+    return sorted(p for p in Path(root or pcie.sysfs_root()).glob("devices/**/net/*")
+                  if p.is_dir())
+
+
 def has_view() -> bool:
     return bool(os.environ.get(sysfs.SYSFS_ENV))

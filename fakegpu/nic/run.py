@@ -17,6 +17,7 @@ from typing import Any
 
 from fakegpu import drivers
 from fakegpu.kubeletplugin import startup
+from fakegpu.kubeletplugin.dirwatch import DirWatch
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.slicepool import PoolPublisher, SliceApi
@@ -82,11 +83,16 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     publisher = NicPublisher(kube, opts.driver_name, opts.node_name, opts.rediscover_interval_s,
                              driver, opts.numa_node_list)
     publisher.start()
+    # A link fault reaches the slice and the pods' interfaces at once, not at the next
+    # rediscovery (the sysfs view's link files change by rename).
+    links = DirWatch(discovery.link_dirs(), publisher.poke)
+    links.start()
     servers = PluginServers(driver, paths)
     log.info("serving driver=%s node=%s registration=%s dra=%s state=%s", opts.driver_name,
              opts.node_name, paths.registration, paths.dra, state_dir)
     stop.wait()
     servers.stop(opts.grace_period_s)
+    links.stop()
     publisher.stop()
     startup.withdraw_slices(opts.kubelet_root, opts.driver_name, paths, publisher.cleanup)
     log.info("stopped")

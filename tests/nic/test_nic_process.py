@@ -11,6 +11,7 @@ suite covers fakegpu's own vocabulary on both providers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -55,9 +56,12 @@ def apiserver(bare_control_plane: Any) -> Iterator[Path]:
         yield cp.kubeconfig
 
 
-@pytest.fixture
-def plugin(short_tmp: Path, apiserver: Path) -> Iterator[tuple[subprocess.Popen[bytes], str,
-                                                                  Path, Path]]:
+Plugin = tuple[subprocess.Popen[bytes], str, Path, Path]  # process, node, view, DRA socket
+
+
+@contextlib.contextmanager
+def nic_plugin(short_tmp: Path, apiserver: Path, interval: str) -> Iterator[Plugin]:
+    """The plugin as a process on dgx-h100's view, rediscovering every ``interval`` s."""
     node = load_topology(resolve_topology("dgx-h100")).nodes[0]
     view = short_tmp / "sysfs"
     sysfs.render(node, view)
@@ -69,7 +73,7 @@ def plugin(short_tmp: Path, apiserver: Path) -> Iterator[tuple[subprocess.Popen[
              "--driver", DRIVER, "--kubeconfig", str(apiserver),
              "--kubelet-root", str(kubelet), "--cdi-root", str(short_tmp / "cdi"),
              "--state-dir", str(short_tmp / "state"), "--grace-period", "5",
-             "--rediscover-interval", "0.5"],
+             "--rediscover-interval", interval],
             env={**os.environ, sysfs.SYSFS_ENV: str(view)}, stdout=log,
             stderr=subprocess.STDOUT)
         try:
@@ -85,9 +89,48 @@ def plugin(short_tmp: Path, apiserver: Path) -> Iterator[tuple[subprocess.Popen[
                     proc.wait()
 
 
+@pytest.fixture
+def plugin(short_tmp: Path, apiserver: Path) -> Iterator[Plugin]:
+    with nic_plugin(short_tmp, apiserver, "0.5") as found:
+        yield found
+
+
+def _slices(apiserver: Path, node: str) -> Callable[[], list[dict[str, Any]]]:
+    from kubernetes import client, config
+
+    objects = client.CustomObjectsApi(config.new_client_from_config(str(apiserver)))
+
+    def slices() -> list[dict[str, Any]]:
+        return list(objects.list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices",
+            field_selector=f"spec.driver={DRIVER},spec.nodeName={node}")["items"])
+
+    return slices
+
+
+def test_a_link_fault_reaches_the_slice_long_before_the_next_rediscovery(
+        short_tmp: Path, apiserver: Path) -> None:
+    # Rediscovery every 10 minutes: only the watch on the view's link files can carry the
+    # fault to the slice within the wait's 30 s.
+    with nic_plugin(short_tmp, apiserver, "600") as (proc, node, view, _dra):
+        slices = _slices(apiserver, node)
+
+        def state(interface: str) -> str | None:
+            for s in slices():
+                for d in s["spec"].get("devices") or ():
+                    if d["attributes"].get("dra.net/ifName") == {"string": interface}:
+                        return str(d["attributes"]["dra.net/state"]["string"])
+            return None
+
+        wait_for(lambda: state("enp69s0f0") == "up", "the storage NIC published up", proc)
+        sysfs.set_link(view, "enp69s0f0", False)
+        wait_for(lambda: state("enp69s0f0") == "down", "the link fault in the slice", proc)
+        sysfs.set_link(view, "enp69s0f0", True)
+        wait_for(lambda: state("enp69s0f0") == "up", "the link back in the slice", proc)
+
+
 def test_dranet_names_published_and_a_claim_prepared_under_them(
-        plugin: tuple[subprocess.Popen[bytes], str, Path, Path], apiserver: Path,
-        short_tmp: Path) -> None:
+        plugin: Plugin, apiserver: Path, short_tmp: Path) -> None:
     from kubernetes import client, config
 
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -95,11 +138,7 @@ def test_dranet_names_published_and_a_claim_prepared_under_them(
     proc, node, view, dra = plugin
     api = config.new_client_from_config(str(apiserver))
     objects = client.CustomObjectsApi(api)
-
-    def slices() -> list[dict[str, Any]]:
-        return list(objects.list_cluster_custom_object(
-            "resource.k8s.io", "v1", "resourceslices",
-            field_selector=f"spec.driver={DRIVER},spec.nodeName={node}")["items"])
+    slices = _slices(apiserver, node)
 
     [published] = wait_for(slices, "the dra.net ResourceSlice", proc)
     devices = {d["name"]: d for d in published["spec"]["devices"]}
