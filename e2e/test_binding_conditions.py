@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu.cluster import featuregates
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -26,22 +25,18 @@ from fakegpu.testkit.dra import (
     pod_manifest,
     published_device,
 )
+from fakegpu.testkit.minors import skip_without
 from fakegpu.testkit.wait import NotYet, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.topology("attach")]
 
 ATTACHED = "fakegpu.dev/Attached"
 ATTACH_FAILED = "fakegpu.dev/AttachFailed"
-FIRST_MINOR = 34  # DRADeviceBindingConditions: alpha in 1.34
 
 
 @pytest.fixture(autouse=True)
 def _needs_binding_conditions(fakegpu_cluster: ClusterInfo) -> None:
-    minor = featuregates.parse_minor(fakegpu_cluster.k8s_version)
-    if minor < FIRST_MINOR:
-        pytest.skip(f"MISSING PREREQUISITE: binding conditions need Kubernetes "
-                    f"1.{FIRST_MINOR}+ (DRADeviceBindingConditions); this cluster runs "
-                    f"{fakegpu_cluster.k8s_version}")
+    skip_without(fakegpu_cluster, "DRADeviceBindingConditions", "binding conditions")
 
 
 def _start(cluster: ClusterInfo, core_v1: kclient.CoreV1Api, resource_api: ResourceApi,

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu.cluster import featuregates
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
     ResourceApi,
     allocated_devices,
+    assert_pending,
     attribute_value,
     cel_string,
     distinct_attribute,
@@ -32,21 +32,17 @@ from fakegpu.testkit.dra import (
     pod_claim_name,
     pod_manifest,
 )
+from fakegpu.testkit.minors import skip_without
 from fakegpu.testkit.nics import NicWords
 
 pytestmark = [pytest.mark.e2e, pytest.mark.topology("numa-sockets")]
 
 NUMA_NODE = "resource.kubernetes.io/numaNode"
-FIRST_MINOR = featuregates.first_minor("DRAListTypeAttributes")
 
 
 @pytest.fixture(autouse=True)
 def _needs_list_attributes(fakegpu_cluster: ClusterInfo) -> None:
-    minor = featuregates.parse_minor(fakegpu_cluster.k8s_version)
-    if minor < FIRST_MINOR:
-        pytest.skip(f"MISSING PREREQUISITE: list-type attributes need Kubernetes "
-                    f"1.{FIRST_MINOR} or newer (DRAListTypeAttributes); this cluster runs "
-                    f"{fakegpu_cluster.k8s_version}")
+    skip_without(fakegpu_cluster, "DRAListTypeAttributes", "list-type attributes")
 
 
 def _whole_gpu(driver: str) -> str:
@@ -135,12 +131,8 @@ def test_more_gpus_than_a_socket_holds_stay_pending(
     _run_claim(fakegpu_cluster, core_v1, resource_api, namespace, "one-socket", [
         resource_api.device_request("gpus", driver, count=most + 1, cel=[_whole_gpu(driver)]),
     ], [match_attribute(NUMA_NODE)])
-    pod: Any = k8s.wait_unschedulable(
-        core_v1, namespace, "one-socket",
-        what=f"the scheduler to refuse {most + 1} GPUs whose numaNode lists share a value")
-    assert pod.status.phase == "Pending" and pod.spec.node_name is None
-    claim = resource_api.claim(namespace, pod_claim_name(pod, "devs"))
-    assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
+    assert_pending(core_v1, resource_api, namespace, "one-socket", "devs",
+                   f"{most + 1} GPUs whose numaNode lists share a value")
 
 
 # serial: it needs a free whole GPU on each socket, of which the node has two.

@@ -22,6 +22,7 @@ from fakegpu.testkit.dra import (
     PodClaim,
     ResourceApi,
     allocated_devices,
+    assert_pending,
     attribute_value,
     cel_string,
     match_attribute,
@@ -92,14 +93,10 @@ def _refused(cluster: ClusterInfo, core: kclient.CoreV1Api, api: ResourceApi,
     k8s.create_pod(core, namespace, pod_manifest(
         "too-close-pod", cluster.workload_image, k8s.PRINT_ENV_AND_WAIT,
         [PodClaim("gpus", template="too-close")]))
-    pod: Any = k8s.wait_unschedulable(
-        core, namespace, "too-close-pod",
-        what=f"the scheduler to refuse {most + 1} GPUs with one {attribute}")
+    pod = assert_pending(core, api, namespace, "too-close-pod", "gpus",
+                         f"{most + 1} GPUs with one {attribute}")
     cond = k8s.pod_condition(pod, "PodScheduled")
     assert cond is not None and cond.reason == "Unschedulable", cond
-    assert pod.status.phase == "Pending" and pod.spec.node_name is None
-    claim = api.claim(namespace, pod_claim_name(pod, "gpus"))
-    assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
 
 
 # serial: it needs two free whole GPUs under one root, of which mixed has a handful.

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
-from fakegpu.cluster import featuregates
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.kube import errors
 from fakegpu.testkit.dra import (
@@ -28,11 +27,11 @@ from fakegpu.testkit.dra import (
     publishing_nodes,
     run_gpu_pod,
 )
+from fakegpu.testkit.minors import skip_without
 from fakegpu.testkit.wait import NotYet, wait_for
 
 pytestmark = pytest.mark.e2e
 
-FIRST_MINOR = 36  # DRAResourcePoolStatus: alpha in 1.36
 PLURAL = "resourcepoolstatusrequests"
 
 
@@ -40,11 +39,7 @@ PLURAL = "resourcepoolstatusrequests"
 def pool_status(fakegpu_cluster: ClusterInfo, k8s_client: Any,
                 namespace: str) -> Iterator[tuple[ResourceApi, list[str]]]:
     """The v1alpha3 API and the names of the requests made (cluster-scoped: deleted after)."""
-    minor = featuregates.parse_minor(fakegpu_cluster.k8s_version)
-    if minor < FIRST_MINOR:
-        pytest.skip(f"MISSING PREREQUISITE: ResourcePoolStatusRequest needs Kubernetes "
-                    f"1.{FIRST_MINOR}+ (DRAResourcePoolStatus); this cluster runs "
-                    f"{fakegpu_cluster.k8s_version}")
+    skip_without(fakegpu_cluster, "DRAResourcePoolStatus", "ResourcePoolStatusRequests")
     api, made = ResourceApi(k8s_client, version="v1alpha3"), list[str]()
     yield api, made
     for name in made:

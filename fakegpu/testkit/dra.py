@@ -324,6 +324,19 @@ def run_gpu_pod(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, pod: 
     return wait_pod_running(core, namespace, pod)
 
 
+def assert_pending(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, name: str,
+                   pod_claim: str, why: str) -> Any:
+    """Pod ``name`` is refused by the scheduler for its claims and its claim ``pod_claim``
+    stays unallocated; return the pod. ``why``: what the refusal means."""
+    from .k8s import wait_unschedulable
+
+    pod: Any = wait_unschedulable(core, namespace, name, what=f"the scheduler to refuse {why}")
+    assert pod.status.phase == "Pending" and pod.spec.node_name is None
+    claim = api.claim(namespace, pod_claim_name(pod, pod_claim))
+    assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
+    return pod
+
+
 def pod_claim_name(pod: Any, pod_claim: str) -> str:
     """The ResourceClaim a pod's ``resourceClaims[name=pod_claim]`` resolved to."""
     spec_claims = {c.name: c for c in pod.spec.resource_claims or ()}

@@ -13,7 +13,7 @@ from kubernetes import client as kclient
 from fakegpu import drivers
 from fakegpu.cluster.provider import ClusterInfo
 
-from . import k8s
+from . import dra, k8s
 from .dra import (
     PodClaim,
     ResourceApi,
@@ -163,8 +163,6 @@ def running_claim(cluster: ClusterInfo, core: kclient.CoreV1Api, api: ResourceAp
 
 def assert_pending(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, name: str,
                    why: str) -> None:
-    """Pod ``name`` is refused by the scheduler for its claim, which stays unallocated."""
-    pod: Any = k8s.wait_unschedulable(core, namespace, name, what=f"the scheduler to refuse {why}")
-    assert pod.status.phase == "Pending" and pod.spec.node_name is None
-    claim = api.claim(namespace, pod_claim_name(pod, "net"))
-    assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
+    """Pod ``name`` (``start_pod``'s) is refused by the scheduler for its claim, which stays
+    unallocated."""
+    dra.assert_pending(core, api, namespace, name, "net", why)

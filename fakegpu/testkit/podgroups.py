@@ -6,24 +6,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from kubernetes import client as kclient
 
-from fakegpu.cluster import featuregates
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit.dra import PodClaim
+from fakegpu.testkit.minors import skip_without
 
 GROUP, VERSION = "scheduling.k8s.io", "v1beta1"
-FIRST_MINOR = featuregates.first_minor("DRAWorkloadResourceClaims")
 INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 
 
 def skip_below_first_minor(cluster: ClusterInfo) -> None:
-    """Skip, saying why, on a minor without PodGroups in this API version and their claims."""
-    if featuregates.parse_minor(cluster.k8s_version) < FIRST_MINOR:
-        pytest.skip(f"MISSING PREREQUISITE: PodGroups in {GROUP}/{VERSION} with shared claims "
-                    f"need Kubernetes 1.{FIRST_MINOR} or newer (GenericWorkload, "
-                    f"DRAWorkloadResourceClaims); this cluster runs {cluster.k8s_version}")
+    """Skip, saying why, on a minor without PodGroups in this API version and their claims
+    (GenericWorkload and DRAWorkloadResourceClaims are turned on together)."""
+    skip_without(cluster, "DRAWorkloadResourceClaims",
+                 f"PodGroups in {GROUP}/{VERSION} and the claims they share")
 
 
 def pod_group(name: str, min_count: int, claims: Sequence[PodClaim] = ()) -> dict[str, Any]:

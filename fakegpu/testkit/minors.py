@@ -1,0 +1,17 @@
+"""Skipping a suite on a Kubernetes minor without the feature it shows, saying which minor."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakegpu.cluster import featuregates
+from fakegpu.cluster.provider import ClusterInfo
+
+
+def skip_without(cluster: ClusterInfo, gate: str, what: str) -> None:
+    """Skip, naming the minor needed, when ``cluster``'s minor lacks ``gate`` among the DRA
+    gates fakegpu turns on (featuregates.py)."""
+    first = featuregates.first_minor(gate)
+    if featuregates.parse_minor(cluster.k8s_version) < first:
+        pytest.skip(f"MISSING PREREQUISITE: {what} need Kubernetes 1.{first} or newer "
+                    f"({gate}); this cluster runs {cluster.k8s_version}")
