@@ -151,6 +151,8 @@ class EmbeddedProvider:
             return
         member, bins = self._member(st, node)
         member.start_missing(bins)
+        member.state.running = True
+        st.save()
 
     def restart_plugin(self, name: str, node: str) -> None:
         st = load_ready(name)
@@ -177,8 +179,6 @@ class EmbeddedProvider:
                                       f"run `fakegpu cluster binaries --k8s-version {version}` "
                                       "or recreate")
         return member, bins
-        member.state.running = True
-        st.save()
 
     def upgrade_plugin(self, name: str, target: Target,
                        say: Callable[[str], None] = lambda _line: None) -> list[str]:
