@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--shared-gpus", default="", metavar="MINORS",
                      help="comma-separated GPU minors to publish for several claims at once, "
                           "each taking a share of the memory (DRAConsumableCapacity)")
+    run.add_argument("--time-sliced-gpus", default="", metavar="MINOR:N,...",
+                     help="dynamic-MIG GPUs also offered as N time-sliced shares of 1/N of the "
+                          "memory each, kept apart from their MIG devices by compatibility "
+                          "groups (DRADeviceCompatibilityGroups, 1.37+); needs --dynamic-mig")
     run.add_argument("--nvidia-compat-release", choices=shape.RELEASES, default=shape.CURRENT,
                      help="with --driver nvidia: the NVIDIA driver release whose slices to "
                           "publish; v25.3 adds the index, minor and parentIndex attributes its "
@@ -137,6 +141,7 @@ def _run(args: argparse.Namespace) -> int:
         grace_period_s=args.grace_period, dynamic_mig=args.dynamic_mig,
         keep_slices_on_exit=args.keep_slices_on_exit, probe_port=args.probe_port,
         shared_gpus=_minors(args.shared_gpus),
+        time_sliced_gpus=_time_slices(args.time_sliced_gpus, args.dynamic_mig),
         attach_gpus=_minors(args.attach_gpus, "--attach-gpus"),
         broken_attach_gpus=_minors(args.broken_attach_gpus, "--broken-attach-gpus"),
         attach_seconds=_seconds(args.attach_seconds),
@@ -161,6 +166,29 @@ def _minors(text: str, flag: str = "--shared-gpus") -> frozenset[int]:
     if any(m < 0 for m in minors):
         raise InvalidInput(f"{flag}: {text!r}: minors are not negative")
     return minors
+
+
+def _time_slices(text: str, dynamic_mig: bool) -> tuple[tuple[int, int], ...]:
+    """``--time-sliced-gpus``: "0:4,1:2" -> ((0, 4), (1, 2)); anything else is bad input."""
+    from fakegpu.topology.build import MAX_TIME_SLICES
+
+    out: dict[int, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        minor, _, count = part.partition(":")
+        try:
+            pair = int(minor), int(count)
+        except ValueError:
+            raise InvalidInput(f"--time-sliced-gpus: {part!r} is not MINOR:N") from None
+        if pair[0] < 0 or not 2 <= pair[1] <= MAX_TIME_SLICES or pair[0] in out:
+            raise InvalidInput(f"--time-sliced-gpus: {part!r}: expected a GPU minor once, with "
+                               f"2..{MAX_TIME_SLICES} shares")
+        out[pair[0]] = pair[1]
+    if out and not dynamic_mig:
+        raise InvalidInput("--time-sliced-gpus: needs --dynamic-mig (the shares draw on the "
+                           "GPU's MIG counter set)")
+    return tuple(sorted(out.items()))
 
 
 def _seconds(value: float) -> float:

@@ -94,6 +94,9 @@ def load_spec(name: str, topology: Path, k8s_version: str | None, *,
         if node.pcie is not None and node.pcie.numa_list:
             featuregates.require(minor, "DRAListTypeAttributes",
                                  f"{topology}: node {node.name}: pcie.numa_attribute list")
+        if node.time_sliced:
+            featuregates.require(minor, "DRADeviceCompatibilityGroups",
+                                 f"{topology}: node {node.name}: time_slices")
     return ClusterSpec(name=name, topology_file=topology.resolve(), topology=topo,
                        k8s_version=version, driver=dra_driver,
                        plugin=plugin, image_aliases=aliases, nic_driver=nic, chart=chart)

@@ -77,7 +77,8 @@ class NodePublisher:
             else:
                 os.environ.pop(nvml_sysfs.SYSFS_ENV, None)
             inventory = discovery.discover(self.nvidia, node.dynamic_mig,
-                                           frozenset(node.shared_minors))
+                                           frozenset(node.shared_minors),
+                                           dict(node.time_sliced))
             self._observe_faults()
         return inventory
 

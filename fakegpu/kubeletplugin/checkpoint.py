@@ -168,7 +168,8 @@ class Records:
         return True
 
     def all(self) -> dict[str, PreparedClaim]:
-        """Every readable record (for tests and tools: calls never need the whole set)."""
+        """Every readable record (for tests, tools, and the time-sliced GPU's mode check: other
+        calls never need the whole set)."""
         found = {}
         for path in sorted(self.dir.glob(f"*{RECORD_SUFFIX}")):
             uid = path.name[:-len(RECORD_SUFFIX)]

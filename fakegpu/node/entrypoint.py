@@ -79,14 +79,17 @@ def nic_plugin_args(node: Node) -> list[str]:
 
 def plugin_args(node: Node) -> list[str]:
     """The plugin flags a topology node asks for, the same on every provider: NVIDIA's
-    DynamicMIG (``mig.dynamic``), GPUs shared by memory (``shared``), GPUs attached before
-    use (``attach``) and numaNode's form (``nic_plugin_args``)."""
+    DynamicMIG (``mig.dynamic``), GPUs shared by memory (``shared``) or time-sliced
+    (``time_slices``), GPUs attached before use (``attach``) and numaNode's form
+    (``nic_plugin_args``)."""
     from fakegpu.topology.model import ATTACH_BROKEN, ATTACH_HOTPLUG
 
     args = ["--dynamic-mig"] if node.dynamic_mig else []
     args += nic_plugin_args(node)
     if node.shared_minors:
         args.append("--shared-gpus=" + ",".join(map(str, node.shared_minors)))
+    if node.time_sliced:
+        args.append("--time-sliced-gpus=" + ",".join(f"{m}:{n}" for m, n in node.time_sliced))
     for flag, mode in (("--attach-gpus", ATTACH_HOTPLUG), ("--broken-attach-gpus", ATTACH_BROKEN)):
         if node.attach_minors(mode):
             args.append(f"{flag}=" + ",".join(map(str, node.attach_minors(mode))))

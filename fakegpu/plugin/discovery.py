@@ -12,7 +12,7 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -36,6 +36,9 @@ _BRAND = {0: "Unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "Grid", 5: "GeForc
           15: "GeForceRTX", 16: "TitanRTX"}
 _FABRIC_COMPLETED = 3
 HOPPER = 9  # nvmlDeviceArchitecture_t: MIG mode changes without a GPU reset from here on
+# KEP-5963 compatibility groups of a time-sliced GPU's devices (time_slice_shares).
+GROUP_MIG = "mig"
+GROUP_TIME_SLICED = "time-sliced"
 
 # pynvml keeps global state; one discovery at a time per process.
 nvml_lock = threading.Lock()
@@ -161,6 +164,17 @@ class Device:
     shared: bool = False
     # Attached before a pod binds (attach.py): "" | "hotplug" | "broken" (--attach-gpus).
     attach: str = ""
+    # A time-sliced share of a dynamic-MIG GPU (--time-sliced-gpus): share ``time_slice`` of
+    # ``time_slices``, the whole GPU to its pods, 1/N of the memory counter consumed.
+    time_slice: int = -1
+    time_slices: int = 0
+    # KEP-5963: the compatibility groups of its counter consumption; only the devices of a
+    # time-sliced GPU have any (its partitions GROUP_MIG, its shares GROUP_TIME_SLICED).
+    compat_groups: tuple[str, ...] = ()
+
+    @property
+    def time_sliced(self) -> bool:
+        return self.time_slice >= 0
 
     @property
     def partition(self) -> bool:
@@ -402,7 +416,8 @@ def _mig_devices(parent: Device, handle: Any, nvidia: bool) -> list[Device] | No
 
 
 def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False,
-             shared_minors: frozenset[int] = frozenset()) -> Inventory:
+             shared_minors: frozenset[int] = frozenset(),
+             time_sliced: Mapping[int, int] | None = None) -> Inventory:
     """Ask NVML for every GPU (and MIG device). Raises MissingPrerequisite without NVML.
 
     ``nvidia_compatible``: MIG profiles named as NVIDIA's driver computes them, and MIG
@@ -411,7 +426,9 @@ def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False,
     published whole and as every placement of every profile, with a CounterSet
     (``_dynamic_devices``); its existing MIG devices are not published (the plugin made them
     for prepared claims). ``shared_minors``: whole GPUs published for several claims at once,
-    by memory (``Device.shared``)."""
+    by memory (``Device.shared``). ``time_sliced``: minor -> N, dynamic-MIG GPUs also offered
+    as N time-sliced shares (``time_slice_shares``); fakegpu's own, so not with
+    ``nvidia_compatible``."""
     with nvml_lock:
         try:
             pynvml.nvmlInit()
@@ -421,12 +438,48 @@ def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False,
             inventory = _discover_locked(nvidia_compatible, dynamic_mig)
         finally:
             _optional(pynvml.nvmlShutdown, None)
+    if time_sliced and not nvidia_compatible:
+        inventory = time_slice_shares(inventory, time_sliced)
     if not shared_minors:
         return inventory
     # Only a whole GPU outside MIG (and dynamic MIG) is shared by memory.
     return replace(inventory, devices=tuple(
         replace(d, shared=True) if d.type == "gpu" and not d.consumes and d.minor in shared_minors
         else d for d in inventory.devices))
+
+
+def time_slice_shares(inventory: Inventory, time_sliced: Mapping[int, int]) -> Inventory:
+    """Each dynamic-MIG GPU of ``time_sliced`` (minor -> N) offered also as N time-sliced
+    shares (``gpu-<minor>-ts-<k>``), each consuming 1/N of its counter set's memory.
+
+    Counters alone would let a share and a MIG device of one GPU be allocated together (a
+    1g.10gb and a quarter of an H100 fit its memory), which the GPU cannot do: time-slicing
+    needs MIG mode off. So its partitions consume in group GROUP_MIG, its shares in
+    GROUP_TIME_SLICED, and the scheduler never co-allocates devices whose groups do not
+    intersect (KEP-5963). The whole GPU declares none: it consumes everything anyway."""
+    sets = dict(inventory.counter_sets)
+    memory = partitions.counter_name("memory")
+    devices: list[Device] = []
+    for device in inventory.devices:
+        n = time_sliced.get(device.minor, 0)
+        counters = dict(sets.get(partitions.counter_set_name(device.minor), ()))
+        if not (n and device.consumes and memory in counters):
+            devices.append(device)
+            continue
+        if device.partition:
+            devices.append(replace(device, compat_groups=(GROUP_MIG,)))
+            continue
+        devices.append(device)
+        share = (counters[memory] // n) >> 20 << 20  # whole MiB, as NVML counts memory
+        devices.extend(replace(
+            device, name=time_slice_name(device.minor, k), memory_bytes=share,
+            consumes=((memory, share),), time_slice=k, time_slices=n,
+            compat_groups=(GROUP_TIME_SLICED,)) for k in range(n))
+    return replace(inventory, devices=tuple(devices))
+
+
+def time_slice_name(minor: int, share: int) -> str:
+    return f"gpu-{minor}-ts-{share}"
 
 
 def _discover_locked(nvidia: bool, dynamic: bool = False) -> Inventory:

@@ -201,6 +201,7 @@ class Driver:
         """Create the claim's dynamic MIG partitions; on a failure, destroy what this made."""
         if self._mig is None or not any(d.device.consumes for d in plan.devices):
             return plan
+        self._check_modes(plan)
         made: list[AllocatedDevice] = []
         try:
             for d in plan.devices:
@@ -209,6 +210,25 @@ class Driver:
             self._release(replace(plan, devices=tuple(made)))
             raise
         return replace(plan, devices=tuple(made))
+
+    def _check_modes(self, plan: ClaimPlan) -> None:
+        """A MIG device of a GPU whose time-sliced shares are prepared cannot be made (MIG mode
+        cannot go on under them). The scheduler keeps such claims apart by their compatibility
+        groups; this is for a scheduler that does not (its gate off). The other way round,
+        NVML refuses to turn MIG off under existing instances (``DynamicMig.create``)."""
+        gpus = {d.device.minor for d in plan.devices if d.device.partition
+                and d.device.compat_groups}
+        if not gpus:
+            return
+        by_name = self._devices.current().by_name()
+        held = sorted({d.device_name for c in self._records.all().values() for d in c.devices
+                       if (s := by_name.get(d.device_name)) is not None and s.time_sliced
+                       and s.minor in gpus})
+        if held:
+            ref = plan.ref
+            raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name}: a MIG device cannot "
+                             f"be made on GPU {','.join(map(str, sorted(gpus)))} while its "
+                             f"time-sliced shares are prepared ({', '.join(held)})")
 
     def _mps_dir(self, uid: str) -> Path:
         return self.cfg.state_dir / "mps" / uid

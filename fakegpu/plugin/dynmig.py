@@ -168,7 +168,9 @@ class DynamicMig:
         if current != pynvml.NVML_DEVICE_MIG_ENABLE:
             return
         left = _instances(handle)
-        if left:  # the counters keep partitions off an allocated GPU: these are leftovers
+        # The counters (and a time-sliced GPU's compatibility groups) keep partitions off a
+        # GPU allocated whole: these are leftovers.
+        if left:
             raise PartitionError(f"cannot turn MIG off on {device.name}: {len(left)} GPU "
                                  "instance(s) still exist (their claims are being unprepared)")
         pynvml.nvmlDeviceSetMigMode(handle, pynvml.NVML_DEVICE_MIG_DISABLE)

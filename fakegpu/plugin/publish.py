@@ -94,9 +94,14 @@ def _dropped_fields(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> set[s
             for e in stored.get("spec", {}).get("devices") or []}
     for entry in sent["spec"].get("devices") or ():
         body = entry.get("basic", entry)
+        stored_body = have.get(entry["name"], {})
         for key in ("consumesCounters", "allowMultipleAllocations"):
-            if body.get(key) and not have.get(entry["name"], {}).get(key):
+            if body.get(key) and not stored_body.get(key):
                 dropped.add(key)
+        if (any(c.get("compatibilityGroups") for c in body.get("consumesCounters") or ())
+                and not any(c.get("compatibilityGroups")
+                            for c in stored_body.get("consumesCounters") or ())):
+            dropped.add("compatibilityGroups")
     return dropped
 
 
@@ -116,6 +121,7 @@ class SlicePublisher(slicepool.PoolPublisher):
         self.use_taints = True  # until the apiserver shows it drops them
         self.use_counters = True  # dynamic MIG's counters, likewise (DRAPartitionableDevices)
         self.use_shared = True  # GPUs shared by memory, likewise (DRAConsumableCapacity)
+        self.use_groups = True  # time-sliced shares, likewise (DRADeviceCompatibilityGroups)
         self.adopted: Mapping[str, Sequence[Taint]] = {}  # taints kept from published slices
 
     def sync(self) -> bool:
@@ -138,7 +144,8 @@ class SlicePublisher(slicepool.PoolPublisher):
                                        taints, self.use_taints, node_wide_lost=self._nvidia,
                                        owner=owner, separate_counters=separate_counters,
                                        use_counters=self.use_counters,
-                                       use_shared=self.use_shared, shape=self._shape)
+                                       use_shared=self.use_shared,
+                                       use_groups=self.use_groups, shape=self._shape)
 
         desired = build(0)
         if slicepool.same_devices(existing, desired):
@@ -168,5 +175,11 @@ class SlicePublisher(slicepool.PoolPublisher):
             log.error("the apiserver drops allowMultipleAllocations (DRAConsumableCapacity "
                       "off?): publishing shared GPUs as ordinary ones")
             self.use_shared = False
+            self.poke()
+        if "compatibilityGroups" in dropped_fields and "consumesCounters" not in dropped_fields:
+            log.error("the apiserver drops compatibilityGroups (DRADeviceCompatibilityGroups "
+                      "off, or before 1.37?): publishing no time-sliced shares, which counters "
+                      "alone would let beside MIG devices")
+            self.use_groups = False
             self.poke()
         return True

@@ -50,6 +50,8 @@ class Options:
     workers: int = 32  # gRPC threads: calls wait on the apiserver, not the CPU
     dynamic_mig: bool = False  # NVIDIA's DynamicMIG: partitions created at prepare
     shared_gpus: frozenset[int] = frozenset()  # minors shared by memory (consumable capacity)
+    # (minor, N): dynamic-MIG GPUs also offered as N time-sliced shares (compatibility groups)
+    time_sliced_gpus: tuple[tuple[int, int], ...] = ()
     attach_gpus: frozenset[int] = frozenset()  # minors attached before use (attach.py)
     broken_attach_gpus: frozenset[int] = frozenset()  # minors whose attach fails
     attach_seconds: float = 5.0  # how long an attach takes
@@ -89,8 +91,12 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
 
     startup.on_signals(stop, (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1),
                        lambda signum: replaced.set() if signum == signal.SIGUSR1 else None)
+    if opts.time_sliced_gpus and nvidia:
+        log.warning("--time-sliced-gpus ignored: NVIDIA's driver has no time-sliced devices "
+                    "to mimic")
     devices = Devices(lambda: attach.mark(
-        discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus),
+        discovery.discover(nvidia, opts.dynamic_mig, opts.shared_gpus,
+                           dict(opts.time_sliced_gpus)),
         opts.attach_gpus, opts.broken_attach_gpus))
     inventory = devices.current()  # fail at start, loudly, without NVML
     log.info("discovered devices node=%s count=%d names=%s", opts.node_name,

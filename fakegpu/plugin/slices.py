@@ -105,6 +105,9 @@ def device_attributes(device: Device, inventory: Inventory,
         if device.mig is not None and device.mig.gi_id >= 0:
             attrs[f"{OWN_DOMAIN}/gpuInstance"] = {"int": device.mig.gi_id}
             attrs[f"{OWN_DOMAIN}/computeInstance"] = {"int": device.mig.ci_id}
+    if device.time_sliced:  # which share of how many (time_slice_shares)
+        attrs[f"{OWN_DOMAIN}/timeSlice"] = {"int": device.time_slice}
+        attrs[f"{OWN_DOMAIN}/timeSlices"] = {"int": device.time_slices}
     if device.attach:  # so a claim can ask for (or avoid) a GPU that is attached first
         attrs[f"{OWN_DOMAIN}/attach"] = {"string": device.attach}
     if device.clique_id:
@@ -163,7 +166,9 @@ def device_entry(device: Device, inventory: Inventory, version: str,
     if device.consumes:
         body["consumesCounters"] = [{
             "counterSet": partitions.counter_set_name(device.minor),
-            "counters": partitions.counters_json(dict(device.consumes))}]
+            "counters": partitions.counters_json(dict(device.consumes)),
+            **({"compatibilityGroups": list(device.compat_groups)}
+               if device.compat_groups else {})}]
     return slicepool.device(device.name, body, version)
 
 
@@ -182,7 +187,8 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
                  use_taints: bool = True, node_wide_lost: bool = False,
                  owner: Mapping[str, Any] | None = None,
                  separate_counters: bool = True, use_counters: bool = True,
-                 use_shared: bool = True, shape: Shape = FAKEGPU) -> list[dict[str, Any]]:
+                 use_shared: bool = True, use_groups: bool = True,
+                 shape: Shape = FAKEGPU) -> list[dict[str, Any]]:
     """The node's pool (named after the node) as one or more slices of at most 128 devices.
 
     ``taints`` maps device names to their taints; a lost device gets ``<driver>/gpu-lost``,
@@ -198,8 +204,13 @@ def build_slices(driver: str, node: str, inventory: Inventory, version: str,
     Without ``use_counters`` (an apiserver that drops them: DRAPartitionableDevices off) the
     partitions are left out and the GPUs published plainly, so no two overlapping partitions
     can ever be allocated; without ``use_shared`` (DRAConsumableCapacity off) shared GPUs are
-    published as ordinary ones. ``shape``: fakegpu's or NVIDIA's (shape.py).
+    published as ordinary ones; without ``use_groups`` (DRADeviceCompatibilityGroups off, or
+    below 1.37) time-sliced shares are left out, since counters alone would let them be
+    allocated beside their GPU's MIG devices. ``shape``: fakegpu's or NVIDIA's (shape.py).
     """
+    if not use_groups:
+        inventory = replace(inventory, devices=tuple(
+            replace(d, compat_groups=()) for d in inventory.devices if not d.time_sliced))
     if not use_counters:
         inventory = replace(inventory, counter_sets=(), devices=tuple(
             replace(d, consumes=()) for d in inventory.devices if not d.partition))

@@ -258,6 +258,7 @@ class _GpuSpec:
     mig: Mig
     shared: bool = False  # published for several claims by memory (DRAConsumableCapacity)
     attach: str = ""  # "" | ATTACH_MODES: needs attaching before a pod binds (KEP-5007)
+    time_slices: int = 0  # also offered as this many time-sliced shares (KEP-5963)
 
 
 @dataclass(frozen=True)
@@ -341,7 +342,8 @@ class _NodeSpec:
                 board_part_number=spec.product.board_part_number,
                 module_id=i + 1, pci=self.gpu_pci[i], numa_node=numa[i],
                 nvlinks=self._links(name, switches, down), fabric=fabric,
-                mig=spec.mig, faults=faults, shared=spec.shared, attach=spec.attach))
+                mig=spec.mig, faults=faults, shared=spec.shared, attach=spec.attach,
+                time_slices=spec.time_slices))
         return Node(name=name, index=position, gpus=tuple(gpus), nvswitches=tuple(switches),
                     system=self.system, numa_nodes=max(numa) + 1, simulated=self.simulated,
                     pcie=self.pcie)
@@ -407,9 +409,13 @@ def _fabric_switch_pci(link: int, product: Product) -> PciAddress:
     return PciAddress(0x100 + chip // 2, chip % 2, 0)
 
 
+_GPU_KEYS = ("product", "mig", "shared", "attach", "time_slices")
+MAX_TIME_SLICES = 8
+
+
 def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
     if isinstance(raw, dict):
-        data = report.mapping(raw, path, ("product", "count", "mig", "shared", "attach"))
+        data = report.mapping(raw, path, (*_GPU_KEYS, "count"))
         if data is None:
             return None
         count = report.int_in(data, "count", path, 1, MAX_GPUS_PER_NODE)
@@ -429,7 +435,7 @@ def _gpus(report: Report, raw: Any, path: str) -> list[_GpuSpec] | None:
         specs = []
         for i, item in enumerate(raw):
             where = join(path, i)
-            data = report.mapping(item, where, ("product", "mig", "shared", "attach"))
+            data = report.mapping(item, where, _GPU_KEYS)
             spec = _gpu(report, data, where, with_count=False) if data is not None else None
             if spec is not None:
                 specs.append(spec)
@@ -459,7 +465,15 @@ def _gpu(report: Report, data: dict[str, Any], path: str, with_count: bool) -> _
     mig = _mig(report, data.get("mig"), join(path, "mig"), product)
     shared = report.get(data, "shared", path, bool, default=False)
     attach = report.get(data, "attach", path, str, default="")
-    if mig is None or shared is None or attach is None:
+    slices = report.int_in(data, "time_slices", path, 0, MAX_TIME_SLICES, default=0)
+    if mig is None or shared is None or attach is None or slices is None:
+        return None
+    if slices == 1:
+        report.add(join(path, "time_slices"), f"is 1, expected 2..{MAX_TIME_SLICES}")
+        return None
+    if slices and not mig.dynamic:
+        report.add(join(path, "time_slices"), "needs mig: {enabled: true, dynamic: true} (the "
+                   "shares draw on the GPU's MIG counter set)")
         return None
     if shared and (mig.enabled or mig.dynamic):
         report.add(join(path, "shared"), "a GPU in MIG mode is shared as its MIG devices, "
@@ -473,7 +487,7 @@ def _gpu(report: Report, data: dict[str, Any], path: str, with_count: bool) -> _
         report.add(join(path, "attach"), "only a whole GPU, not shared and not in MIG mode, "
                    "is attached before use")
         return None
-    return _GpuSpec(product, mig, shared, attach)
+    return _GpuSpec(product, mig, shared, attach, slices)
 
 
 def _mig(report: Report, raw: Any, path: str, product: Product) -> Mig | None:

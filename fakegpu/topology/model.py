@@ -359,6 +359,10 @@ class Gpu:
     # topology.md): "hotplug" attaches, "broken" fails to. The plugin's --attach-gpus and
     # --broken-attach-gpus list such minors.
     attach: str = ""
+    # Also offered as this many time-sliced shares, each 1/N of its memory (like vGPU's
+    # time-sliced profiles), never at once with its MIG devices: KEP-5963's compatibility
+    # groups keep them apart at scheduling. Needs mig.dynamic; the plugin's --time-sliced-gpus.
+    time_slices: int = 0
 
 
 @dataclass(frozen=True)
@@ -386,6 +390,12 @@ class Node:
     def shared_minors(self) -> tuple[int, ...]:
         """Minors of the GPUs shared by memory (the plugin's --shared-gpus)."""
         return tuple(g.minor for g in self.gpus if g.shared)
+
+    @property
+    def time_sliced(self) -> tuple[tuple[int, int], ...]:
+        """(minor, shares) of the GPUs also offered time-sliced (the plugin's
+        --time-sliced-gpus)."""
+        return tuple((g.minor, g.time_slices) for g in self.gpus if g.time_slices)
 
     def attach_minors(self, mode: str) -> tuple[int, ...]:
         """Minors of the GPUs attached before use in ``mode`` (one of ATTACH_MODES)."""

@@ -193,8 +193,8 @@ class Claims:
 
 claims = Claims()
 
-def driver():
-    devices = Devices(lambda: discovery.discover(dynamic_mig=True))
+def driver(time_sliced=None):
+    devices = Devices(lambda: discovery.discover(dynamic_mig=True, time_sliced=time_sliced))
     return Driver(DriverConfig(driver="gpu.fakegpu.dev", node="node-a", state_dir=state,
                                cdi_root=cdi_root, dynamic_mig=True), claims, devices)
 
@@ -343,3 +343,70 @@ print(json.dumps({"left": left, "after_start": after_start, "error": res["uid-k"
     assert got["after_start"] == []  # no claim owns it: destroyed at start
     assert got["error"] == "" and got["after"] == [[0, 14, 2, 2]]  # made once, again
     assert got["env"][0].split("=", 1)[1].startswith("MIG-")
+
+
+def test_a_time_sliced_gpu_offers_shares_and_mig_devices_in_disjoint_groups(
+        tmp_path: Path) -> None:
+    environ = _node(tmp_path)
+    got = _run(environ, """
+def view(inv):
+    return [[d.name, d.type, d.memory_bytes, dict(d.consumes), list(d.compat_groups),
+             d.time_slice, d.time_slices, d.uuid] for d in inv.devices]
+sliced = discovery.discover(dynamic_mig=True, time_sliced={0: 4})
+nvidia = discovery.discover(True, dynamic_mig=True, time_sliced={0: 4})
+print(json.dumps({"plain": view(inv), "sliced": view(sliced), "nvidia": view(nvidia),
+                  "sets": [[n, dict(c)] for n, c in sliced.counter_sets]}))
+""")
+    memory = dict(got["sets"])["gpu-0-counter-set"][partitions.counter_name("memory")]
+    sliced = {d[0]: d for d in got["sliced"]}
+    shares = [d for d in got["sliced"] if d[5] >= 0]
+    assert [d[0] for d in shares] == [f"gpu-0-ts-{k}" for k in range(4)]
+    whole = sliced["gpu-0"]
+    for _name, kind, size, consumes, groups, _k, n, uuid in shares:
+        # A quarter of the counter set's memory, in whole MiB; the whole GPU's UUID.
+        assert kind == "gpu" and n == 4 and groups == ["time-sliced"] and uuid == whole[7]
+        assert size == consumes[partitions.counter_name("memory")] == memory // 4 >> 20 << 20
+        assert list(consumes) == [partitions.counter_name("memory")]
+    parts0 = [d for d in got["sliced"] if d[0].startswith("gpu-0-mig-")]
+    parts1 = [d for d in got["sliced"] if d[0].startswith("gpu-1-mig-")]
+    assert parts0 and all(d[4] == ["mig"] for d in parts0)
+    assert parts1 and all(d[4] == [] for d in parts1)  # GPU 1 is not time-sliced
+    assert whole[4] == [] and sliced["gpu-1"][4] == []
+    # Without the option, and in NVIDIA's shape (its driver has no such device), unchanged.
+    assert got["plain"] == [[*d[:4], [], *d[5:]] for d in got["sliced"] if d[5] < 0]
+    assert not any(d[5] >= 0 or d[4] for d in got["nvidia"])
+
+
+def test_a_share_turns_mig_off_and_a_mig_device_waits_for_the_shares_and_back(
+        tmp_path: Path) -> None:
+    environ = _node(tmp_path)  # GPU 0: H100 with MIG on
+    got = _run_driver(environ, tmp_path, """
+d = driver({0: 4})
+def mode():
+    pynvml.nvmlInit()
+    try:
+        return pynvml.nvmlDeviceGetMigMode(pynvml.nvmlDeviceGetHandleByIndex(0))[0]
+    finally:
+        pynvml.nvmlShutdown()
+claims.add("s1", "uid-s1", ["gpu-0-ts-0"])
+claims.add("s2", "uid-s2", ["gpu-0-ts-1"])
+claims.add("m", "uid-m", ["gpu-0-mig-1g10gb-19-0"])
+claims.add("s3", "uid-s3", ["gpu-0-ts-2"])
+out = {}
+res = d.prepare([ref("s1", "uid-s1"), ref("s2", "uid-s2")])
+out["shares"] = [res["uid-s1"].error, res["uid-s2"].error, mode(), spec_env("uid-s1")]
+out["mig_beside_shares"] = [d.prepare([ref("m", "uid-m")])["uid-m"].error, instances()]
+d.unprepare([ref("s1", "uid-s1"), ref("s2", "uid-s2")])
+out["mig_alone"] = [d.prepare([ref("m", "uid-m")])["uid-m"].error, instances(), mode()]
+out["share_beside_mig"] = [d.prepare([ref("s3", "uid-s3")])["uid-s3"].error, mode()]
+print(json.dumps(out))
+""")
+    e1, e2, mode, env = got["shares"]
+    assert e1 == e2 == "" and mode == 0  # MIG off: the GPU is time-sliced whole
+    assert env[0].split("=", 1)[1].startswith("GPU-")
+    error, left = got["mig_beside_shares"]
+    # What the scheduler's compatibility groups prevent, refused on the node too, naming why.
+    assert "time-sliced shares are prepared (gpu-0-ts-0, gpu-0-ts-1)" in error and left == []
+    assert got["mig_alone"] == ["", [[0, 19, 0, 1]], 1]
+    error, mode = got["share_beside_mig"]
+    assert "cannot turn MIG off on gpu-0-ts-2" in error and mode == 1

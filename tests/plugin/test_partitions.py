@@ -228,6 +228,9 @@ def _store_dropping(*fields: str) -> Any:
             for dev in obj["spec"].get("devices") or ():
                 for field in fields:
                     dev.pop(field, None)
+                if "compatibilityGroups" in fields:  # DRADeviceCompatibilityGroups off
+                    for consumption in dev.get("consumesCounters") or ():
+                        consumption.pop("compatibilityGroups", None)
                 if "allowMultipleAllocations" in fields:  # the same gate's field
                     for capacity in (dev.get("capacity") or {}).values():
                         capacity.pop("requestPolicy", None)
@@ -272,3 +275,71 @@ def test_without_consumable_capacity_a_shared_gpu_is_an_ordinary_one() -> None:
     [obj] = store.objs.values()
     assert "requestPolicy" not in obj["spec"]["devices"][0]["capacity"]["memory"]
     assert pub.sync() is False
+
+
+# --- a time-sliced GPU (KEP-5963 compatibility groups) ------------------------------------------
+
+
+def _time_sliced(shares: int) -> Any:
+    from fakegpu.plugin.discovery import time_slice_shares
+
+    return time_slice_shares(_dynamic_inventory(gpus=2), {0: shares})
+
+
+def test_a_time_sliced_gpu_consumes_in_groups_that_alone_keep_shares_from_mig_devices() -> None:
+    from fakegpu.plugin import slices
+
+    from .helpers import DRIVER, NODE
+
+    out = slices.build_slices(DRIVER, NODE, _time_sliced(4), "v1", 1)
+    entries = {d["name"]: d for s in out for d in s["spec"].get("devices") or ()}
+    sets = {c["name"]: c for s in out for c in s["spec"].get("sharedCounters") or ()}
+
+    def groups(name: str) -> list[str] | None:
+        [consumption] = entries[name]["consumesCounters"]
+        return consumption.get("compatibilityGroups")
+
+    shares = sorted(n for n in entries if "-ts-" in n)
+    assert shares == [f"gpu-0-ts-{k}" for k in range(4)]
+    assert all(groups(n) == ["time-sliced"] for n in shares)
+    assert all(groups(n) == ["mig"] for n in entries if n.startswith("gpu-0-mig-"))
+    assert all(groups(n) is None for n in entries if n.startswith("gpu-1-") or n == "gpu-0")
+    attrs = entries["gpu-0-ts-2"]["attributes"]
+    assert attrs["fakegpu.dev/timeSlice"] == {"int": 2}
+    assert attrs["fakegpu.dev/timeSlices"] == {"int": 4}
+    # Counters alone admit a share beside a 1g MIG device (and all four shares together):
+    # without the groups the scheduler would allocate what the GPU cannot do.
+    counters = _parse(sets["gpu-0-counter-set"]["counters"])
+    one_g = next(n for n in entries if n.startswith("gpu-0-mig-1g10gb-19-"))
+    assert partitions.fits(counters, [_consumed(entries["gpu-0-ts-0"]), _consumed(entries[one_g])])
+    assert partitions.fits(counters, [_consumed(entries[n]) for n in shares])
+    assert not partitions.fits(counters, [_consumed(entries[n]) for n in shares]
+                               + [_consumed(entries["gpu-0"])])
+
+
+def _parse(counters: dict[str, Any]) -> dict[str, int]:
+    from kubernetes.utils.quantity import parse_quantity
+
+    return {k: int(parse_quantity(v["value"]))  # type: ignore[no-untyped-call]
+            for k, v in counters.items()}
+
+
+def _consumed(entry: dict[str, Any]) -> dict[str, int]:
+    [consumption] = entry["consumesCounters"]
+    return _parse(consumption["counters"])
+
+
+def test_without_compatibility_groups_no_share_is_published() -> None:
+    from fakegpu.plugin.driver import Devices
+    from fakegpu.plugin.publish import SlicePublisher
+
+    from .helpers import DRIVER, NODE
+
+    store = _store_dropping("compatibilityGroups")
+    pub = SlicePublisher(store, Devices(lambda: _time_sliced(2)), DRIVER, NODE)
+    assert pub.sync() is True  # groups sent, dropped: noticed
+    assert pub.use_groups is False and pub.use_counters is True
+    pub.sync()
+    names = [d["name"] for o in store.objs.values() for d in o["spec"].get("devices") or ()]
+    assert "gpu-0-ts-0" not in names and "gpu-0-mig-1g10gb-19-0" in names
+    assert pub.sync() is False  # and stable from then on

@@ -58,3 +58,58 @@ def test_both_providers_give_each_node_its_plugin_flags() -> None:
     assert plugin_args(topo.node("a100-mig")) == []
     assert plugin_args(topo.node("h100-dyn")) == ["--dynamic-mig"]
     assert plugin_args(topo.node("a100-shared")) == ["--shared-gpus=0"]
+
+
+def test_time_sliced_gpus_are_listed_for_the_plugin_and_need_dynamic_mig() -> None:
+    from fakegpu.node.entrypoint import plugin_args
+    from fakegpu.topology.load import load_topology
+
+    node = load_topology(FIXTURES / "mig-modes.yaml").node("h100-modes")
+    assert node.time_sliced == ((0, 4),)
+    assert plugin_args(node) == ["--dynamic-mig", "--time-sliced-gpus=0:4"]
+    for gpus, why in (("{product: H100-SXM5-80GB, count: 1, time_slices: 2}", "needs mig: "),
+                      ("{product: H100-SXM5-80GB, count: 1, time_slices: 1, "
+                       "mig: {enabled: true, dynamic: true}}", "is 1, expected 2..8"),
+                      ("{product: H100-SXM5-80GB, count: 1, time_slices: 9, "
+                       "mig: {enabled: true, dynamic: true}}", "is 9, expected 0..8")):
+        with pytest.raises(TopologyError, match=r"nodes\[0\].gpus.time_slices: " + why):
+            parse_topology(_node(gpus), "t.yaml")
+
+
+@pytest.mark.parametrize(("version", "refused"), [("1.36.3", True), ("1.37.2", False)])
+def test_time_slices_on_a_minor_without_compatibility_groups_are_refused_naming_it(
+        version: str, refused: bool) -> None:
+    from fakegpu.cluster import lifecycle
+    from fakegpu.errors import InvalidInput
+
+    topology = FIXTURES / "mig-modes.yaml"
+    if not refused:
+        assert lifecycle.load_spec("t", topology, version).k8s_version == version
+        return
+    with pytest.raises(InvalidInput) as err:
+        lifecycle.load_spec("t", topology, version)
+    assert str(err.value) == (
+        f"{topology}: node h100-modes: time_slices needs Kubernetes 1.37 or newer "
+        "(DRADeviceCompatibilityGroups); this cluster would run 1.36")
+
+
+@pytest.mark.parametrize(("text", "dynamic", "parsed"), [
+    ("", False, ()), ("0:4", True, ((0, 4),)), (" 1:2, 0:8 ", True, ((0, 8), (1, 2)))])
+def test_time_sliced_gpus_flag(text: str, dynamic: bool, parsed: tuple[tuple[int, int], ...]
+                               ) -> None:
+    from fakegpu.cli.plugin import _time_slices
+
+    assert _time_slices(text, dynamic) == parsed
+
+
+@pytest.mark.parametrize(("text", "dynamic", "message"), [
+    ("0", True, "'0' is not MINOR:N"), ("a:2", True, "is not MINOR:N"),
+    ("0:1", True, "2..8 shares"), ("0:2,0:4", True, "a GPU minor once"),
+    ("-1:2", True, "a GPU minor once"), ("0:4", False, "needs --dynamic-mig")])
+def test_time_sliced_gpus_flag_refuses_bad_input_naming_it(text: str, dynamic: bool,
+                                                           message: str) -> None:
+    from fakegpu.cli.plugin import _time_slices
+    from fakegpu.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="--time-sliced-gpus: .*" + message):
+        _time_slices(text, dynamic)
