@@ -120,8 +120,11 @@ def _mig_pod(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, image: s
 
 
 def _gone(core: kclient.CoreV1Api, namespace: str, *pods: str) -> None:
+    """Delete gracefully, not forced: the kubelet removes such a pod only once it has
+    unprepared its claims, so the other kind's prepare does not find them still there (and
+    wait for the kubelet's retry)."""
     for pod in pods:
-        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+        core.delete_namespaced_pod(pod, namespace, grace_period_seconds=1)
     for pod in pods:
         k8s.wait_pod_gone(core, namespace, pod)
 
