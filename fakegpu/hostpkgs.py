@@ -11,8 +11,10 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 
+from filelock import FileLock
 from rich.console import Console
 
+from fakegpu import paths
 from fakegpu.errors import MissingPrerequisite
 
 _updated = False
@@ -34,10 +36,27 @@ def is_installed_status(status: str) -> bool:
     return len(words) == 3 and words[1] == "ok" and words[2] == "installed"
 
 
+def _missing(packages: Iterable[str]) -> list[str]:
+    return [p for p in packages if not (shutil.which("dpkg-query") and installed(p))]
+
+
 def ensure(packages: Iterable[str], *, why: str, console: Console | None = None) -> None:
-    """Install whichever of ``packages`` are missing, printing apt's own progress."""
+    """Install whichever of ``packages`` are missing, printing apt's own progress.
+
+    One apt-get at a time across processes: two xdist workers bringing up two kind clusters
+    on a fresh machine both wanted docker.io, and the second failed on dpkg's lock. The
+    second waits for the first, then finds the packages there."""
+    packages = list(packages)
+    if not _missing(packages):
+        return
+    lock = paths.cache_dir() / "apt.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):
+        _install(_missing(packages), why, console)
+
+
+def _install(missing: list[str], why: str, console: Console | None) -> None:
     global _updated
-    missing = [p for p in packages if not (shutil.which("dpkg-query") and installed(p))]
     if not missing:
         return
     if shutil.which("apt-get") is None or os.geteuid() != 0:
