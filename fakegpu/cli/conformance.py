@@ -151,8 +151,10 @@ def run_suite(cmd: list[str], env: Mapping[str, str]) -> int:
     """Run pytest and wait for it. A stop (SIGTERM: a CI job's timeout or cancel; SIGINT:
     Ctrl-C, which the terminal sends to pytest too) reaches pytest as an interrupt, so it
     ends its session and writes what it has into the report, as a finished run does; killed
-    instead, it would leave none."""
-    child = subprocess.Popen(cmd, env=dict(env))
+    instead, it would leave none. The child gets SIGINT's default back first: started in the
+    background (a CI job's `cmd &`, nohup) it inherits SIGINT ignored, and Python then never
+    raises KeyboardInterrupt, so the forwarded stop did nothing and the check ran on."""
+    child = subprocess.Popen(cmd, env=dict(env), preexec_fn=_default_sigint)
 
     def forward(signum: int, _frame: object) -> None:
         if signum == signal.SIGTERM:
@@ -165,6 +167,10 @@ def run_suite(cmd: list[str], env: Mapping[str, str]) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def suite_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -168,13 +168,15 @@ def test_a_stopped_run_still_writes_its_report(tmp_path: Path, bare_control_plan
             [sys.executable, "-m", "fakegpu", "conformance", "--kubeconfig", str(cp.kubeconfig),
              "--driver", "gpu.example.com", "--image", "busybox:local", "--report", str(report),
              "-k", "template_claim_prepared"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            # As a CI job started in the background (`cmd &`, nohup) runs it: SIGINT ignored,
+            # which its pytest inherited, so the stop it forwards did nothing (two clean-clone
+            # runs of 2026-12-07, the check running on for 180 s).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         try:
             def check_began() -> str:
                 # The check's own (conf-...): the apiserver may still be making its system
-                # namespaces (kube-node-lease) after `before` was read, and a SIGTERM sent on
-                # one of those could land while `fakegpu conformance` forks pytest and be lost
-                # with the fork (a clean-clone run, 2026-12-07: the check ran on for 180 s).
+                # namespaces (kube-node-lease) after `before` was read.
                 new = {n.metadata.name for n in core.list_namespace().items
                        if n.metadata.name.startswith("conf-")} - before
                 if not new:
