@@ -214,8 +214,8 @@ class Driver:
     def _check_modes(self, plan: ClaimPlan) -> None:
         """A MIG device of a GPU whose time-sliced shares are prepared cannot be made (MIG mode
         cannot go on under them). The scheduler keeps such claims apart by their compatibility
-        groups; this is for a scheduler that does not (its gate off). The other way round,
-        NVML refuses to turn MIG off under existing instances (``DynamicMig.create``)."""
+        groups; this is for a scheduler that does not (its gate off). The other way round, a
+        share's prepare does not turn MIG off under existing instances (``DynamicMig.create``)."""
         gpus = {d.device.minor for d in plan.devices if d.device.partition
                 and d.device.compat_groups}
         if not gpus:
