@@ -20,6 +20,8 @@ from kubernetes import client as kclient
 from kubernetes.utils.quantity import parse_quantity
 
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.drivers import mig_class
+from fakegpu.plugin.partitions import fits
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
@@ -64,17 +66,20 @@ def _groups(device: Mapping[str, Any]) -> set[str]:
     return set(_consumption(device).get("compatibilityGroups") or ())
 
 
-def _counters(device: Mapping[str, Any]) -> dict[str, int]:
+def _values(counters: Mapping[str, Any]) -> dict[str, int]:
     return {k: int(parse_quantity(v["value"]))  # type: ignore[no-untyped-call]
-            for k, v in (_consumption(device).get("counters") or {}).items()}
+            for k, v in counters.items()}
+
+
+def _counters(device: Mapping[str, Any]) -> dict[str, int]:
+    return _values(_consumption(device).get("counters") or {})
 
 
 def _counter_set(api: ResourceApi, driver: str, name: str) -> dict[str, int]:
     for s in api.slices(driver):
         for cs in s["spec"].get("sharedCounters") or ():
             if cs["name"] == name:
-                return {k: int(parse_quantity(v["value"]))  # type: ignore[no-untyped-call]
-                        for k, v in cs["counters"].items()}
+                return _values(cs["counters"])
     raise AssertionError(f"no slice of {driver} has the counter set {name}")
 
 
@@ -95,10 +100,7 @@ def test_shares_and_mig_devices_consume_one_counter_set_in_disjoint_groups(
     # The counters alone would let a share and a MIG device be allocated together: only the
     # groups, which do not intersect, keep them apart.
     available = _counter_set(resource_api, driver, counter_set)
-    used = _counters(share)
-    for name, value in _counters(mig).items():
-        used[name] = used.get(name, 0) + value
-    assert all(value <= available[name] for name, value in used.items()), (used, available)
+    assert fits(available, [_counters(share), _counters(mig)]), (share, mig, available)
 
 
 def _share_pod(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, image: str,
@@ -113,7 +115,7 @@ def _mig_pod(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, image: s
              name: str, driver: str) -> None:
     profile = f"device.attributes[{cel_string(driver)}].profile == {cel_string(PROFILE)}"
     api.create("resourceclaimtemplates", api.claim_template(
-        name, [api.device_request("mig", "mig." + driver.split(".", 1)[1], cel=[profile])]),
+        name, [api.device_request("mig", mig_class(driver), cel=[profile])]),
         namespace)
     core.create_namespaced_pod(namespace, pod_manifest(  # type: ignore[arg-type]
         name, image, k8s.PRINT_ENV_AND_WAIT, [PodClaim("mig", template=name)]))

@@ -23,6 +23,7 @@ from kubernetes import client as kclient
 
 from fakegpu.cluster import get_provider
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.drivers import mig_class
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
@@ -44,11 +45,6 @@ DYNAMIC_NODE = "h100-dyn"  # one H100 whose plugin runs with --dynamic-mig
 
 
 # --- what the API says ----------------------------------------------------------------------------
-
-
-def mig_class(driver: str) -> str:
-    """The MIG DeviceClass of ``driver``: `mig.` + the driver's domain (as NVIDIA names it)."""
-    return "mig." + driver.split(".", 1)[1]
 
 
 def attr_value(value: Mapping[str, Any]) -> Any:
