@@ -85,9 +85,11 @@ test-upgrade-kind: $(STAMP)
 # Each Kubernetes minor live on the embedded provider: conformance and the suites that need no
 # newer minor's features, a JUnit report per minor and reports/matrix/results.md
 # (docs/testing.md#every-minor-live). MATRIX_MINORS picks; a minor not cached is built first.
+# MATRIX_KIND_MINORS: the same suites on kind at these minors too (empty: none).
 MATRIX_MINORS ?= 1.34 1.35 1.36 1.37 1.38
+MATRIX_KIND_MINORS ?= 1.34
 test-matrix: $(STAMP)
-	tools/test-matrix.sh $(MATRIX_MINORS)
+	KIND_MINORS="$(MATRIX_KIND_MINORS)" KIND_WORKERS=$(KIND_WORKERS) tools/test-matrix.sh $(MATRIX_MINORS)
 
 # Every fuzz target for FUZZ_SECONDS each (docs/reliability.md has the counts of the last long run).
 FUZZ_SECONDS ?= 60

@@ -7,15 +7,13 @@ publishes (``<clusterUuid>.<cliqueId>``) or a one-line reason naming the GPU.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
-from fakegpu.errors import MissingPrerequisite
-from fakegpu.plugin.discovery import nvml_lock
+from fakegpu.plugin.discovery import nvml_session
 
 _STATES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
 _COMPLETED = 3
@@ -83,14 +81,6 @@ def _gpu(index: int, handle: Any) -> GpuFabric:
 
 def read() -> NodeFabric:
     """Every GPU's fabric, through NVML. Raises MissingPrerequisite without NVML."""
-    with nvml_lock:
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as err:
-            raise MissingPrerequisite(f"cannot initialise NVML (libnvidia-ml.so.1): {err}") from err
-        try:
-            return NodeFabric(tuple(_gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i))
-                                    for i in range(pynvml.nvmlDeviceGetCount())))
-        finally:
-            with contextlib.suppress(pynvml.NVMLError):
-                pynvml.nvmlShutdown()
+    with nvml_session():
+        return NodeFabric(tuple(_gpu(i, pynvml.nvmlDeviceGetHandleByIndex(i))
+                                for i in range(pynvml.nvmlDeviceGetCount())))

@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 from fakegpu.kube.errors import KubeError
 
+from .syncloop import SyncLoop
+
 log = logging.getLogger(__name__)
-MAX_BACKOFF_S = 60.0
 
 Taint = dict[str, str]
 
@@ -145,7 +146,7 @@ def pool_slice(driver: str, node: str, version: str, generation: int,
                      "devices": list(devices)}}
 
 
-class PoolPublisher:
+class PoolPublisher(SyncLoop):
     """A thread that keeps this node's pool of ``driver`` equal to what ``sync`` builds,
     retrying with backoff while the apiserver is away. Subclasses say what the pool holds
     (``desired``); the GPU plugin's publisher overrides ``sync`` for its taints and counters."""
@@ -153,11 +154,8 @@ class PoolPublisher:
     def __init__(self, kube: SliceApi, driver: str, node: str, interval_s: float = 10.0,
                  name: str = "slice-publisher") -> None:
         self._kube = kube
-        self._driver, self._node, self._interval = driver, node, interval_s
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self.synced = threading.Event()  # set after the first successful publish
+        self._driver, self._node = driver, node
+        super().__init__(name=name, what="publish ResourceSlices", interval_s=interval_s)
         self._owner: dict[str, Any] | None = None
         self._owner_warned = False
 
@@ -196,32 +194,9 @@ class PoolPublisher:
                  sum(len(o["spec"].get("devices") or ()) for o in desired), version)
         return True
 
-    def _loop(self) -> None:
-        backoff = 1.0
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                self.sync()
-                self.synced.set()
-                backoff = 1.0
-                wait = self._interval
-            except (KubeError, Exception) as err:  # keep serving the kubelet whatever happens
-                log.warning("cannot publish ResourceSlices (retry in %.0fs): %s", backoff, err)
-                wait, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
-            # Periodic rediscovery is the fallback; a device event wakes us at once.
-            self._wake.wait(wait)
-
     def poke(self) -> None:
         """Resync now (a device changed): called from a device event thread."""
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=30)
+        self.wake()
 
     def cleanup(self, attempts: int = 3) -> bool:
         """Delete this node's slices of this driver (uninstall). True when they are gone."""

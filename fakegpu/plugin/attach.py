@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from fakegpu.kubeletplugin.slicepool import Taint
+from fakegpu.kubeletplugin.syncloop import SyncLoop
 
 from .discovery import Inventory
 from .slices import ATTACH_FAILED, ATTACHED, NO_SCHEDULE, TAINT_ATTACH_FAILED, taint
@@ -96,7 +97,7 @@ def set_condition(claim: dict[str, Any], driver: str, node: str, device: str, mo
     return claim
 
 
-class Attacher:
+class Attacher(SyncLoop):
     """The thread that attaches this node's devices for the claims allocated them."""
 
     def __init__(self, claims: AttachApi, driver: str, node: str,
@@ -104,19 +105,10 @@ class Attacher:
                  on_failed: Callable[[], None], interval_s: float = 1.0) -> None:
         self._claims, self._driver, self._node = claims, driver, node
         self._devices, self._delay, self._on_failed = devices, delay_s, on_failed
-        self._interval = interval_s
         self._seen: dict[tuple[str, str], float] = {}  # (claim UID, device) -> first seen
         self._failed: set[str] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="attach", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+        super().__init__(name="attach", what="attach devices", interval_s=interval_s)
 
     def taints(self, inventory: Inventory) -> dict[str, list[Taint]]:
         """The devices whose attach failed, tainted for the slice publisher."""
@@ -124,14 +116,6 @@ class Attacher:
             failed = set(self._failed)
         return {d.name: [taint(self._driver, TAINT_ATTACH_FAILED, effect=NO_SCHEDULE)]
                 for d in inventory.devices if d.name in failed}
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync()
-            except Exception as err:  # keep attaching whatever happens; try again next turn
-                log.warning("cannot attach devices: %s", err)
-            self._stop.wait(self._interval)
 
     def sync(self, now: float | None = None) -> int:
         """One round: set the outcome of every attach that is due; how many were written."""

@@ -16,12 +16,12 @@ show changed, and a condition keeps its ``lastTransitionTime`` while its status 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, Records
+from fakegpu.kubeletplugin.syncloop import SyncLoop
 
 from .healthsvc import HEALTHY, DeviceStatus
 
@@ -80,38 +80,17 @@ def apply(claim: dict[str, Any], driver: str, pool: str,
     return claim
 
 
-class ClaimConditions:
+class ClaimConditions(SyncLoop):
     """The thread that keeps prepared claims' device conditions current."""
 
     def __init__(self, claims: ClaimApi, records: Records, driver: str, node: str,
                  statuses: Callable[[], list[DeviceStatus]], interval_s: float = 5.0) -> None:
         self._claims, self._records = claims, records
         self._driver, self._node = driver, node
-        self._statuses, self._interval = statuses, interval_s
+        self._statuses = statuses
         self._written: dict[str, Wanted] = {}  # claim UID -> what it shows now
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="claim-conditions", daemon=True)
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=30)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                self.sync()
-            except Exception as err:  # keep serving whatever happens; try again next turn
-                log.warning("cannot update claim conditions: %s", err)
-            self._wake.wait(self._interval)
+        super().__init__(name="claim-conditions", what="update claim conditions",
+                         interval_s=interval_s)
 
     def sync(self) -> int:
         """Write every prepared claim whose conditions should change; how many were written."""

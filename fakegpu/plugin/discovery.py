@@ -7,12 +7,13 @@ best effort: a library that answers NOT_SUPPORTED yields an empty value, never a
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -42,6 +43,21 @@ GROUP_TIME_SLICED = "time-sliced"
 
 # pynvml keeps global state; one discovery at a time per process.
 nvml_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def nvml_session() -> Iterator[None]:
+    """NVML initialised for the block, under ``nvml_lock``, and shut down after it.
+    MissingPrerequisite (one line) when the library cannot be initialised."""
+    with nvml_lock:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            raise MissingPrerequisite(f"cannot initialise NVML (libnvidia-ml.so.1): {err}") from err
+        try:
+            yield
+        finally:
+            _optional(pynvml.nvmlShutdown, None)
 # (GPU UUID, GI id, CI id) of MIG devices already reported as left out.
 _left_out: set[tuple[str, int, int]] = set()
 
@@ -429,15 +445,8 @@ def discover(nvidia_compatible: bool = False, dynamic_mig: bool = False,
     by memory (``Device.shared``). ``time_sliced``: minor -> N, dynamic-MIG GPUs also offered
     as N time-sliced shares (``time_slice_shares``); fakegpu's own, so not with
     ``nvidia_compatible``."""
-    with nvml_lock:
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as err:
-            raise MissingPrerequisite(f"cannot initialise NVML (libnvidia-ml.so.1): {err}") from err
-        try:
-            inventory = _discover_locked(nvidia_compatible, dynamic_mig)
-        finally:
-            _optional(pynvml.nvmlShutdown, None)
+    with nvml_session():
+        inventory = _discover_locked(nvidia_compatible, dynamic_mig)
     if time_sliced and not nvidia_compatible:
         inventory = time_slice_shares(inventory, time_sliced)
     if not shared_minors:
