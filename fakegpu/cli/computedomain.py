@@ -54,8 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _namespace_arg(ctl, "where the IMEX daemon sets and their claim templates live")
     ctl.add_argument("--daemon-image", required=True,
                      help="image of the IMEX daemon pods (one with a busybox shell and httpd)")
-    ctl.add_argument("--kubeconfig", type=Path, default=None,
-                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+    options.add_in_cluster_kubeconfig(ctl)
     ctl.add_argument("--resync", type=argtypes.interval, default=60.0, metavar="SECONDS",
                      help="seconds between full passes over every domain, the safety net "
                           "under the watches (default: %(default)s)")
@@ -65,18 +64,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plug = cmds.add_parser("plugin", help="run the compute-domain kubelet plugin on this node",
                            description="Publish IMEX channels and a daemon device; prepare "
                                        "channel and daemon claims.")
-    options.add_node(plug, dest="node_name", default=os.environ.get("NODE_NAME", ""),
-                     help="this node's name (default: $NODE_NAME)", old=("--node-name",))
+    options.add_plugin_node(plug, pool=False)
     _domain_arg(plug)
-    plug.add_argument("--kubeconfig", type=Path, default=None,
-                      help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
-    plug.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
-                      help="the kubelet's root dir (default: %(default)s)")
-    plug.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
-                      help="where the container runtime reads CDI specs (default: %(default)s)")
-    plug.add_argument("--state-dir", type=Path, default=None,
-                      help="claim records and daemon logs (default: "
-                           "<kubelet-root>/plugins/<driver>)")
+    options.add_kubelet_plugin(plug, state="claim records and daemon logs", instance_id=False)
     _namespace_arg(plug, "the only one whose daemon claims it prepares (the controller's)")
     add_verbose(plug)
     plug.set_defaults(func=_plugin)
@@ -92,8 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dmn.add_argument("--pod-name", required=True, metavar="NAME", help="the daemon pod's name")
     dmn.add_argument("--claim-uid", default="", help="the daemon claim (names this process)")
     dmn.add_argument("--state-dir", default="", help="the plugin's (names this process)")
-    dmn.add_argument("--kubeconfig", type=Path, default=None,
-                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+    options.add_in_cluster_kubeconfig(dmn)
     add_verbose(dmn)
     dmn.set_defaults(func=_daemon)
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from . import add_verbose, argtypes, options, show_help
 
@@ -22,20 +20,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Register with the kubelet, publish this node's NICs as a ResourceSlice "
                     "and prepare claims: a network interface and the RDMA device node in the "
                     "pod, the interface's name and MAC in the claim's status.")
-    options.add_node(run, dest="node_name", default=os.environ.get("NODE_NAME", ""),
-                     help="this node's name, also the pool name (default: $NODE_NAME)")
+    options.add_plugin_node(run)
     run.add_argument("--driver", dest="driver_name", default=DRIVER,
                      help="the DRA driver name to register as (default: %(default)s)")
-    run.add_argument("--kubeconfig", type=Path, default=None,
-                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
-    run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
-                     help="the kubelet's root dir (default: %(default)s)")
-    run.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
-                     help="where the container runtime reads CDI specs (default: %(default)s)")
-    run.add_argument("--instance-id", default=os.environ.get("POD_UID", ""),
-                     help="unique per instance (the pod UID) (default: $POD_UID)")
-    run.add_argument("--state-dir", type=Path, default=None,
-                     help="records + lock dir (default: <kubelet-root>/plugins/<driver>)")
+    options.add_kubelet_plugin(run, state="records + lock dir")
     run.add_argument("--no-device-status", dest="write_status", action="store_false",
                      help="do not write status.devices[] (network data) on prepared claims")
     run.add_argument("--rediscover-interval", type=argtypes.interval, default=10.0,

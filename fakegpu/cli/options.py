@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from fakegpu import drivers
@@ -149,6 +151,39 @@ def add_numa_node_list(parser: argparse.ArgumentParser) -> None:
                         help="publish resource.kubernetes.io/numaNode in its list form: the "
                              "device's NUMA node, then the equidistant NUMA nodes of its socket "
                              "(KEP-5491; needs DRAListTypeAttributes, Kubernetes 1.36+)")
+
+
+def add_plugin_node(parser: argparse.ArgumentParser, *, pool: bool = True) -> None:
+    """A kubelet plugin's ``--node``: the node it serves (``pool``: its pool is named so)."""
+    also = ", also the pool name" if pool else ""
+    add_node(parser, dest="node_name", default=os.environ.get("NODE_NAME", ""),
+             help=f"this node's name{also} (default: $NODE_NAME)", old=("--node-name",))
+
+
+def add_in_cluster_kubeconfig(parser: argparse.ArgumentParser) -> None:
+    """``--kubeconfig`` of a process that runs in the cluster (a plugin, a controller)."""
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
+
+
+def add_kubelet_plugin(parser: argparse.ArgumentParser, *, state: str,
+                       instance_id: bool = True) -> None:
+    """What every kubelet plugin here takes: where the kubelet and the runtime look, where
+    its claim records live (``state`` says what it keeps there), and for those that roll
+    over with two instances serving, ``--instance-id``."""
+    add_in_cluster_kubeconfig(parser)
+    parser.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
+                        help="the kubelet's root dir, holding plugins_registry/ and plugins/ "
+                             "(default: %(default)s)")
+    parser.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
+                        help="where the container runtime reads CDI specs (default: %(default)s)")
+    if instance_id:
+        parser.add_argument("--instance-id", default=os.environ.get("POD_UID", ""),
+                            help="unique per instance (the pod UID): sockets get unique names "
+                                 "so two instances serve during a rolling update "
+                                 "(default: $POD_UID)")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help=f"{state} (default: <kubelet-root>/plugins/<driver>)")
 
 
 def _format(text: str) -> str:

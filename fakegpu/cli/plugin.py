@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from fakegpu import drivers
 from fakegpu.errors import InvalidInput
@@ -26,9 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Register with the kubelet, publish this node's GPUs as ResourceSlices "
                     "and prepare claims as CDI specs. Stops gracefully on SIGTERM: an instance "
                     "that is the last of its driver on the node also deletes its slices.")
-    options.add_node(run, dest="node_name", default=os.environ.get("NODE_NAME", ""),
-                     help="this node's name, also the pool name (default: $NODE_NAME)",
-                     old=("--node-name",))
+    options.add_plugin_node(run)
     options.add_driver(run, any_name=True, dest="driver_name", default=drivers.DEFAULT,
                        help=f"the DRA driver name to register as; nvidia ({drivers.NVIDIA}) "
                             "acts as NVIDIA's driver, so its DeviceClasses and CEL selectors "
@@ -66,18 +62,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run.add_argument("--attach-seconds", type=float, default=5.0, metavar="SECONDS",
                      help="how long an attach takes (default: %(default)s)")
     options.add_numa_node_list(run)
-    run.add_argument("--kubeconfig", type=Path, default=None,
-                     help="kubeconfig (default: in-cluster service account, else $KUBECONFIG)")
-    run.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"),
-                     help="the kubelet's root dir, holding plugins_registry/ and plugins/ "
-                          "(default: %(default)s)")
-    run.add_argument("--cdi-root", type=Path, default=Path("/var/run/cdi"),
-                     help="where the container runtime reads CDI specs (default: %(default)s)")
-    run.add_argument("--instance-id", default=os.environ.get("POD_UID", ""),
-                     help="unique per instance (the pod UID): sockets get unique names so two "
-                          "instances serve during a rolling update (default: $POD_UID)")
-    run.add_argument("--state-dir", type=Path, default=None,
-                     help="shared checkpoint + lock dir (default: <kubelet-root>/plugins/<driver>)")
+    options.add_kubelet_plugin(run, state="shared checkpoint + lock dir")
     run.add_argument("--no-device-status", dest="write_status", action="store_false",
                      help="do not write status.devices[].data on prepared claims")
     run.add_argument("--keep-slices-on-exit", action="store_true",
