@@ -89,7 +89,8 @@ test-upgrade-kind: $(STAMP)
 MATRIX_MINORS ?= 1.34 1.35 1.36 1.37 1.38
 MATRIX_KIND_MINORS ?= 1.34
 test-matrix: $(STAMP)
-	KIND_MINORS="$(MATRIX_KIND_MINORS)" KIND_WORKERS=$(KIND_WORKERS) tools/test-matrix.sh $(MATRIX_MINORS)
+	MINORS="$(MATRIX_MINORS)" KIND_MINORS="$(MATRIX_KIND_MINORS)" KIND_WORKERS=$(KIND_WORKERS) \
+		tools/test-matrix.sh
 
 # Every fuzz target for FUZZ_SECONDS each (docs/reliability.md has the counts of the last long run).
 FUZZ_SECONDS ?= 60

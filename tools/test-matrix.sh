@@ -11,7 +11,8 @@ set -u
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=reports/matrix
-MINORS=${*:-"1.34 1.35 1.36 1.37 1.38"}
+# Arguments, else $MINORS (set but empty: no embedded run), else every supported minor.
+MINORS=${*:-${MINORS-"1.34 1.35 1.36 1.37 1.38"}}
 KIND_MINORS=${KIND_MINORS-1.34}
 # Each needs only what 1.34 has (basic allocation, partitionable devices, device taints, admin
 # access, prioritized lists, device status) or no Kubernetes feature (the plugin upgrade; the

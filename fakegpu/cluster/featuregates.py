@@ -125,6 +125,44 @@ def require(minor: int, gate: str, what: str) -> None:
                            f"this cluster would run 1.{minor}")
 
 
+# The API fields the gates above add, by field name: an apiserver drops a field of a gate that
+# is off, or one its minor does not know, from the object it stores without an error (a claim
+# then silently asks for less); ``dropped_field`` names the gate and the minor that has it.
+# ``capacity`` is consumable capacity only in a request (a device's capacity is basic DRA).
+FIELD_GATES: Mapping[str, str] = {
+    "firstAvailable": "DRAPrioritizedList",
+    "adminAccess": "DRAAdminAccess",
+    "tolerations": "DRADeviceTaints",
+    "taints": "DRADeviceTaints",
+    "sharedCounters": "DRAPartitionableDevices",
+    "consumesCounters": "DRAPartitionableDevices",
+    "extendedResourceName": "DRAExtendedResource",
+    "allowMultipleAllocations": "DRAConsumableCapacity",
+    "requestPolicy": "DRAConsumableCapacity",
+    "distinctAttribute": "DRAConsumableCapacity",
+    "bindingConditions": "DRADeviceBindingConditions",
+    "bindingFailureConditions": "DRADeviceBindingConditions",
+    "bindsToNode": "DRADeviceBindingConditions",
+    "compatibilityGroups": "DRADeviceCompatibilityGroups",
+    **dict.fromkeys(("bools", "ints", "strings", "versions"), "DRAListTypeAttributes"),
+}
+
+
+def dropped_field(path: str, minor: int) -> str:
+    """Why an apiserver of ``1.<minor>`` dropped the field at ``path`` (``spec.devices.
+    requests[0].firstAvailable``), as one clause naming the minor that has it."""
+    key = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
+    gate = FIELD_GATES.get(key)
+    if key == "capacity" and "requests[" in path:
+        gate = "DRAConsumableCapacity"
+    if gate is None:
+        return f"Kubernetes 1.{minor} does not serve it, or a feature gate it needs is off"
+    first = first_minor(gate)
+    if minor < first:
+        return f"it needs Kubernetes 1.{first} or newer ({gate}); this cluster runs 1.{minor}"
+    return f"feature gate {gate} is off on this cluster (Kubernetes 1.{minor} has it)"
+
+
 # Other API versions the gates above need: PodGroup and Workload (GenericWorkload), served in
 # scheduling.k8s.io/v1beta1 from 1.37 (k8s.io/kubernetes pkg/registry/scheduling/rest).
 _OTHER_APIS: tuple[tuple[str, int], ...] = (("scheduling.k8s.io/v1beta1", 37),)

@@ -16,6 +16,7 @@ from typing import Any
 from kubernetes import client as kclient
 
 from fakegpu import drivers
+from fakegpu.cluster import featuregates
 from fakegpu.errors import FakegpuError
 from fakegpu.kube import api as kubeapi
 from fakegpu.kube import errors, pods
@@ -34,12 +35,37 @@ def _where(namespace: str | None, name: object) -> str:
     return f"{namespace}/{name}" if namespace else str(name)
 
 
+def dropped(sent: Any, stored: Any, path: str = "") -> list[str]:
+    """The fields of ``sent`` (an object as created) that ``stored`` (what the apiserver
+    returned) lacks, as paths (``spec.devices.requests[0].firstAvailable``): an apiserver drops
+    a field of a feature gate that is off, or one it does not know, without an error. Empty
+    values are not counted (the apiserver omits them), nor metadata and status."""
+    if isinstance(sent, Mapping):
+        if not isinstance(stored, Mapping):
+            return []
+        out: list[str] = []
+        for key, value in sent.items():
+            if not path and key in ("apiVersion", "kind", "metadata", "status"):
+                continue
+            at = f"{path}.{key}" if path else key
+            if key in stored:
+                out += dropped(value, stored[key], at)
+            elif value not in (None, "", [], {}):
+                out.append(at)
+        return out
+    if isinstance(sent, list) and isinstance(stored, list):
+        return [p for i, (a, b) in enumerate(zip(sent, stored, strict=False))
+                for p in dropped(a, b, f"{path}[{i}]")]
+    return []
+
+
 class ResourceApi:
     """CRUD on resource.k8s.io objects at the version the apiserver prefers; a failed call
     raises in ``fakegpu.kube.errors``' vocabulary (NotFound, Forbidden, Invalid, ...)."""
 
     def __init__(self, api: Any, version: str | None = None) -> None:
         self.version = version or kubeapi.resource_version(api)
+        self._api = api
         self._objects = kclient.CustomObjectsApi(api)
 
     @property
@@ -56,7 +82,19 @@ class ResourceApi:
         else:
             out = errors.call(what, lambda: self._objects.create_namespaced_custom_object(
                 GROUP, self.version, namespace, plural, body))
+        lost = dropped(body, out)
+        if lost:
+            # Stored without a feature it asked for, it would mislead the test: take it back.
+            self.delete(plural, body["metadata"]["name"], namespace)
+            more = f" (and {len(lost) - 1} more)" if len(lost) > 1 else ""
+            raise errors.Invalid(f"{what}: the apiserver dropped {lost[0]}{more}: "
+                                 f"{featuregates.dropped_field(lost[0], self._server_minor())}")
         return dict(out)
+
+    def _server_minor(self) -> int:
+        info = errors.call("cannot read the apiserver's version",
+                           lambda: kclient.VersionApi(self._api).get_code())
+        return int(str(info.minor).rstrip("+"))
 
     def get(self, plural: str, name: str, namespace: str | None = None) -> dict[str, Any]:
         what = f"cannot read {plural} {_where(namespace, name)}"
