@@ -15,7 +15,11 @@ also read where the kubelet does count it: ``dra_grpc_operations_duration_second
 driver's NodeUnprepareResources calls with a ``grpc_status_code`` other than OK, and
 ``dra_operations_duration_seconds_count{operation_name="UnprepareResources",is_error="true"}``
 (any driver: it also counts a per-claim error inside an OK reply). A counter that grows while
-the check's pods are deleted is a failed unprepare, even one a retry then fixed.
+the check's pods are deleted is a failed unprepare, even one a retry then fixed. Kubelets before
+1.36 set that label inverted (``strconv.FormatBool(err == nil)`` in pkg/kubelet/cm/dra/
+manager.go of v1.34.4 and v1.35.4; ``isError := err != nil`` from v1.36.3): there every
+successful unprepare counts as ``is_error="true"``, so on such a node the error count is the
+``"false"`` one. The node's kubelet minor is read from its ``status.nodeInfo.kubeletVersion``.
 """
 
 from __future__ import annotations
@@ -95,9 +99,22 @@ def failed_unprepares(events: Iterable[Any]) -> list[str]:
     return lines
 
 
-def unprepare_errors(driver: str, metrics: str) -> dict[str, float]:
+# The first kubelet minor whose DRA operations metric labels a failure is_error="true".
+IS_ERROR_FIXED_MINOR = 36
+
+
+def kubelet_minor(node: dict[str, Any]) -> int | None:
+    """The minor of a Node's kubelet (``status.nodeInfo.kubeletVersion``), None if unreadable."""
+    version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))
+    m = re.match(r"v?1\.(\d+)", version)
+    return int(m.group(1)) if m else None
+
+
+def unprepare_errors(driver: str, metrics: str, minor: int | None = None) -> dict[str, float]:
     """The kubelet's counters of failed unprepares (see the module's docstring), by a name
-    that says which; a counter never seen is absent (zero)."""
+    that says which; a counter never seen is absent (zero). ``minor``: the kubelet's (None:
+    a current one), for the inverted ``is_error`` label of kubelets before 1.36."""
+    error_label = "false" if minor is not None and minor < IS_ERROR_FIXED_MINOR else "true"
     counts: dict[str, float] = {}
     for sample in _ANY_SAMPLE.finditer(metrics):
         name, labels = sample.group(1), dict(_LABEL.findall(sample.group(2)))
@@ -111,7 +128,7 @@ def unprepare_errors(driver: str, metrics: str) -> dict[str, float]:
             code = labels.get("grpc_status_code")
             key = f"NodeUnprepareResources calls to {driver} ending {code}"
         elif (name == OPERATIONS_COUNT and labels.get("operation_name") == "UnprepareResources"
-              and labels.get("is_error") == "true"):
+              and labels.get("is_error") == error_label):
             key = "UnprepareResources operations ending in error (any driver)"
         else:
             continue

@@ -306,3 +306,29 @@ def test_old_failures_and_other_drivers_failures_are_not_this_runs() -> None:
     before = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(2, 3, 3))
     after = kubelet.unprepare_errors("gpu.fakegpu.dev", _dra_counts(4, 3, 3))
     assert kubelet.grown("n1", before, after) == []
+
+
+def _old_kubelet_counts(ok: int, failed: int) -> str:
+    """The same counts as a 1.34/1.35 kubelet labels them: is_error inverted (its
+    DRAOperationsDuration got strconv.FormatBool(err == nil); seen live on 1.35.4)."""
+    o = "dra_operations_duration_seconds_count"
+    return (f'{o}{{is_error="true",operation_name="UnprepareResources"}} {ok}\n'
+            f'{o}{{is_error="false",operation_name="UnprepareResources"}} {failed}\n')
+
+
+def test_an_old_kubelets_successful_unprepares_are_not_failures() -> None:
+    before = kubelet.unprepare_errors("gpu.fakegpu.dev", _old_kubelet_counts(0, 0), 35)
+    after = kubelet.unprepare_errors("gpu.fakegpu.dev", _old_kubelet_counts(2, 0), 35)
+    assert kubelet.grown("n1", before, after) == []
+    failed = kubelet.unprepare_errors("gpu.fakegpu.dev", _old_kubelet_counts(2, 1), 35)
+    assert kubelet.grown("n1", before, failed) == [
+        "node n1: UnprepareResources operations ending in error (any driver): 0 -> 1"]
+    # A 1.36+ kubelet's "true" is a failure.
+    assert kubelet.unprepare_errors("gpu.fakegpu.dev", _old_kubelet_counts(2, 1), 36) == {
+        "UnprepareResources operations ending in error (any driver)": 2.0}
+
+
+@pytest.mark.parametrize(("version", "minor"), [
+    ("v1.35.4", 35), ("v1.38.0-beta.0", 38), ("", None), ("garbage", None)])
+def test_a_nodes_kubelet_minor(version: str, minor: int | None) -> None:
+    assert kubelet.kubelet_minor({"status": {"nodeInfo": {"kubeletVersion": version}}}) == minor
