@@ -58,6 +58,8 @@ def nvml_session() -> Iterator[None]:
             yield
         finally:
             _optional(pynvml.nvmlShutdown, None)
+
+
 # (GPU UUID, GI id, CI id) of MIG devices already reported as left out.
 _left_out: set[tuple[str, int, int]] = set()
 
