@@ -38,8 +38,8 @@ def _where(namespace: str | None, name: object) -> str:
 def dropped(sent: Any, stored: Any, path: str = "") -> list[str]:
     """The fields of ``sent`` (an object as created) that ``stored`` (what the apiserver
     returned) lacks, as paths (``spec.devices.requests[0].firstAvailable``): an apiserver drops
-    a field of a feature gate that is off, or one it does not know, without an error. Empty
-    values are not counted (the apiserver omits them), nor metadata and status."""
+    a field of a feature gate that is off, or one it does not know, without an error. Empty,
+    zero and false values are not counted (the apiserver omits them), nor metadata and status."""
     if isinstance(sent, Mapping):
         if not isinstance(stored, Mapping):
             return []
@@ -50,7 +50,7 @@ def dropped(sent: Any, stored: Any, path: str = "") -> list[str]:
             at = f"{path}.{key}" if path else key
             if key in stored:
                 out += dropped(value, stored[key], at)
-            elif value not in (None, "", [], {}):
+            elif value not in (None, "", [], {}, 0):  # 0 is also False
                 out.append(at)
         return out
     if isinstance(sent, list) and isinstance(stored, list):
