@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kclient
 
+from fakegpu.cluster import featuregates
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
@@ -68,10 +69,15 @@ def test_first_available_takes_an_h100_then_an_a100_when_none_is_free(
             "driver": driver, "parameters": interval}}]
         return body
 
-    # An H100 is free: the first alternative.
+    # An H100 is free: the first alternative. Before 1.35 the scheduler does not score nodes
+    # by the best alternative they satisfy (kubernetes/kubernetes#134711 added that), so any
+    # node with a free A100 may be chosen (seen on kind 1.34.4); there the pod goes to an H100
+    # node, where the allocator still tries the alternatives in their order.
+    pinned = (sorted(hoppers)[0]
+              if featuregates.parse_minor(fakegpu_cluster.k8s_version) < 35 else None)
     resource_api.create("resourceclaims", claim("first"), namespace)
     k8s.create_pod(core_v1, namespace, pod_manifest(
-        "first", image, SLEEP, [PodClaim("gpu", claim="first")]))
+        "first", image, SLEEP, [PodClaim("gpu", claim="first")], node=pinned))
     k8s.wait_pod_running(core_v1, namespace, "first")
     [got] = allocation_results(resource_api.claim(namespace, "first"), driver)
     assert got["request"] == "gpu/h100", got
