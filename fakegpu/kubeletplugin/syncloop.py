@@ -19,10 +19,8 @@ class SyncLoop:
     """A daemon thread that calls ``sync`` (the subclass's) every ``interval_s`` seconds or
     when woken. ``what`` completes "cannot ..." in the log line of a failed call."""
 
-    def __init__(self, *, name: str, what: str, interval_s: float,
-                 max_backoff_s: float = MAX_BACKOFF_S) -> None:
-        self._what = what
-        self._interval, self._max_backoff = interval_s, max_backoff_s
+    def __init__(self, *, name: str, what: str, interval_s: float) -> None:
+        self._what, self._interval = what, interval_s
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.synced = threading.Event()  # set after the first call that did not raise
@@ -51,7 +49,7 @@ class SyncLoop:
                 self.sync()
             except Exception as err:  # keep serving the kubelet whatever happens
                 log.warning("cannot %s (retry in %.0fs): %s", self._what, backoff, err)
-                wait, backoff = backoff, min(backoff * 2, self._max_backoff)
+                wait, backoff = backoff, min(backoff * 2, MAX_BACKOFF_S)
             else:
                 self.synced.set()
                 wait, backoff = self._interval, 1.0
