@@ -194,10 +194,6 @@ class PoolPublisher(SyncLoop):
                  sum(len(o["spec"].get("devices") or ()) for o in desired), version)
         return True
 
-    def poke(self) -> None:
-        """Resync now (a device changed): called from a device event thread."""
-        self.wake()
-
     def cleanup(self, attempts: int = 3) -> bool:
         """Delete this node's slices of this driver (uninstall). True when they are gone."""
         for attempt in range(attempts):

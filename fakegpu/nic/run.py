@@ -85,7 +85,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     publisher.start()
     # A link fault reaches the slice and the pods' interfaces at once, not at the next
     # rediscovery (the sysfs view's link files change by rename).
-    links = DirWatch(discovery.link_dirs(), publisher.poke)
+    links = DirWatch(discovery.link_dirs(), publisher.wake)
     links.start()
     servers = PluginServers(driver, paths)
     log.info("serving driver=%s node=%s registration=%s dra=%s state=%s", opts.driver_name,

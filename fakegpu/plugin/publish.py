@@ -165,21 +165,21 @@ class SlicePublisher(slicepool.PoolPublisher):
             log.warning("the apiserver drops device taints (DRADeviceTaints off?): "
                         "leaving unhealthy devices out of the pool instead")
             self.use_taints = False
-            self.poke()
+            self.wake()
         if {"consumesCounters", "sharedCounters"} & dropped_fields:
             log.error("the apiserver drops counters (DRAPartitionableDevices off?): publishing "
                       "no dynamic MIG partitions, only whole GPUs")
             self.use_counters = False
-            self.poke()
+            self.wake()
         if "allowMultipleAllocations" in dropped_fields:
             log.error("the apiserver drops allowMultipleAllocations (DRAConsumableCapacity "
                       "off?): publishing shared GPUs as ordinary ones")
             self.use_shared = False
-            self.poke()
+            self.wake()
         if "compatibilityGroups" in dropped_fields and "consumesCounters" not in dropped_fields:
             log.error("the apiserver drops compatibilityGroups (DRADeviceCompatibilityGroups "
                       "off, or before 1.37?): publishing no time-sliced shares, which counters "
                       "alone would let beside MIG devices")
             self.use_groups = False
-            self.poke()
+            self.wake()
         return True

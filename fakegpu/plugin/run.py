@@ -119,7 +119,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     health = Health(opts.driver_name, nvidia)
     # Devices attached before a pod binds: the attach controller, and the taint of a failed one.
     attacher = attach.Attacher(kube, opts.driver_name, opts.node_name, devices.current,
-                               opts.attach_seconds, lambda: publisher.poke())
+                               opts.attach_seconds, lambda: publisher.wake())
 
     def taints(inventory: discovery.Inventory) -> dict[str, list[Taint]]:
         return merge_taints(health.taints(inventory), attacher.taints(inventory))
@@ -140,7 +140,7 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                  statuses)
 
     def changed() -> None:
-        publisher.poke()
+        publisher.wake()
         streams.wake()
         conditions.wake()
 

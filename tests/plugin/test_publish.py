@@ -180,7 +180,7 @@ def test_slices_are_owned_by_the_node_and_an_unreadable_node_is_said_once(
     pub = SlicePublisher(blind, Devices(lambda: _indexed(2)), DRIVER, NODE)
     with caplog.at_level(logging.WARNING, logger="fakegpu.kubeletplugin.slicepool"):
         assert pub.sync() is True
-        pub.poke()
+        pub.wake()
         assert pub.sync() is False
     assert owners(blind) == [None]
     assert [r.getMessage() for r in caplog.records].count(
