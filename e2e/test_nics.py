@@ -55,6 +55,9 @@ def test_a_gpu_and_its_nic_under_one_root_and_the_pod_sees_the_interface(
     assert ips, f"interface {name} has no address in the pod"
     if nic_words.mtu:  # a driver that publishes the MTU: the pod's interface has it
         assert mtu(core_v1, namespace, "gpu-nic", name) == attribute_value(nic, nic_words.mtu)
+    if nic_words.ipv4:  # a driver that publishes the addresses: the pod's are those
+        published = str(attribute_value(nic, nic_words.ipv4)).split(",")
+        assert sorted(ip for ip in ips if ":" not in ip) == sorted(published), (ips, published)
     verbs = rdma_nodes(core_v1, namespace, "gpu-nic")
     assert len(verbs) == 1 and "uverbs" in verbs[0] and " 231," in verbs[0], verbs
     # The claim's status: the NIC driver's entry with the network data the pod sees.

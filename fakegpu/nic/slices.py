@@ -11,6 +11,7 @@ netlink and sysfs), so a DeviceClass or CEL selector written for DRANET matches 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +49,24 @@ def _where(nic: Nic, numa_list: bool) -> dict[str, dict[str, Any]]:
     return attrs | pcie.numa_attribute(nic.numa_node, nic.numa_list, numa_list)
 
 
+def _global_unicast(cidr: str) -> bool:
+    # Go's net.IP.IsGlobalUnicast, which DRANET filters by: private ranges count, loopback,
+    # link-local, multicast and unspecified do not.
+    ip = ipaddress.ip_interface(cidr).ip
+    return not (ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified
+                or ip == ipaddress.IPv4Address("255.255.255.255"))
+
+
+def addresses_by_family(ips: Sequence[str]) -> dict[int, str]:
+    """IP version -> the port's global unicast addresses of that version, CIDR, sorted and
+    comma-joined as DRANET publishes them in ``dra.net/ipv4`` and ``dra.net/ipv6``."""
+    out: dict[int, list[str]] = {}
+    for cidr in ips:
+        if _global_unicast(cidr):
+            out.setdefault(ipaddress.ip_interface(cidr).version, []).append(cidr)
+    return {version: ",".join(sorted(cidrs)) for version, cidrs in out.items()}
+
+
 def dranet_attributes(nic: Nic, numa_list: bool = False) -> dict[str, dict[str, Any]]:
     """A NIC function's attributes under DRANET's names, as its inventory reads a host."""
     def a(name: str, kind: str, value: Any) -> tuple[str, dict[str, Any]]:
@@ -73,6 +92,8 @@ def dranet_attributes(nic: Nic, numa_list: bool = False) -> dict[str, dict[str, 
         attrs.update([a("rdmaDevice", "string", nic.rdma)])
     if nic.numa_node is not None:
         attrs.update([a("numaNode", "int", nic.numa_node)])
+    attrs.update(a(f"ipv{version}", "string", joined)
+                 for version, joined in addresses_by_family(nic.ips).items())
     return attrs | _where(nic, numa_list)
 
 

@@ -60,6 +60,12 @@ class NicWords:
         return f"{drivers.DRANET}/mtu" if self.dranet else None
 
     @property
+    def ipv4(self) -> str | None:
+        """The attribute listing the port's IPv4 addresses (DRANET's, comma-separated CIDRs;
+        fakegpu's own publishes none: the claim's networkData carries them)."""
+        return f"{drivers.DRANET}/ipv4" if self.dranet else None
+
+    @property
     def link_down_taint(self) -> str:
         return f"{self.driver}/link-down"
 

@@ -139,11 +139,22 @@ def test_dranet_names_and_attributes(dgx: tuple[Path, list[discovery.Nic]]) -> N
         {"string": "infiniband"}, {"string": "ipoib"}, {"int": 4092})
     assert attrs["dra.net/state"] == {"string": "up"}
     assert attrs["dra.net/virtual"] == {"bool": False}
+    assert attrs["dra.net/ipv4"] == {"string": ",".join(nic.ips)} and nic.ips
+    assert "dra.net/ipv6" not in attrs
     # fakegpu's own vocabulary is not mixed in
     assert not {"interfaceName", "rdma", "macAddress"} & set(attrs)
     down = slices.device_body("dra.net", dataclasses.replace(nic, link_up=False))
     assert down["attributes"]["dra.net/state"] == {"string": "down"}
     assert down["taints"][0]["key"] == "dra.net/link-down"
+
+
+def test_dranet_publishes_global_unicast_addresses_per_family() -> None:
+    # As DRANET's inventory reads netlink: IPNet strings, link-local and loopback left out.
+    assert slices.addresses_by_family(
+        ("10.0.0.2/8", "fe80::1/64", "2001:db8::7/64", "198.18.0.1/21", "127.0.0.1/8",
+         "2001:db8::3/64")) == {4: "10.0.0.2/8,198.18.0.1/21",
+                                6: "2001:db8::3/64,2001:db8::7/64"}
+    assert slices.addresses_by_family(("169.254.3.1/16",)) == {}
 
 
 def test_dranet_claims_are_prepared_under_the_pci_names(
