@@ -6,7 +6,6 @@ stream, only with its ResourceHealthStatus feature gate on.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -24,24 +23,9 @@ from fakegpu.testkit.dra import (
 
 pytestmark = pytest.mark.e2e
 
-GATE = "ResourceHealthStatus"
-GATE_ON_BY_DEFAULT_FROM = 36  # alpha before 1.36, beta (on) from 1.36
-
-
-def kubelet_gate(core: kclient.CoreV1Api, api: Any, node: str) -> bool:
-    """Whether the node's kubelet runs with the gate on: its /configz through the apiserver."""
-    raw: Any = core.connect_get_node_proxy_with_path(node, "configz", _preload_content=False)
-    config = json.loads(raw.data).get("kubeletconfig") or {}
-    gates = config.get("featureGates") or {}
-    if GATE in gates:
-        return bool(gates[GATE])
-    minor = int("".join(c for c in kclient.VersionApi(api).get_code().minor if c.isdigit()))
-    return minor >= GATE_ON_BY_DEFAULT_FROM
-
 
 def test_a_fault_shows_unhealthy_in_pod_status_and_clearing_it_healthy(
     fakegpu_cluster: ClusterInfo,
-    k8s_client: Any,
     core_v1: kclient.CoreV1Api,
     resource_api: ResourceApi,
     namespace: str,
@@ -51,9 +35,9 @@ def test_a_fault_shows_unhealthy_in_pod_status_and_clearing_it_healthy(
     pod: Any = run_gpu_pod(core_v1, resource_api, namespace, "watched",
                            fakegpu_cluster.workload_image, driver)
     node = pod.spec.node_name
-    if not kubelet_gate(core_v1, k8s_client, node):
-        pytest.skip(f"the kubelet of {node} runs without the {GATE} feature gate: it does not "
-                    "open the health stream nor fill allocatedResourcesStatus")
+    if not k8s.kubelet_reports_health(core_v1, node):
+        pytest.skip(f"the kubelet of {node} runs without the {k8s.HEALTH_GATE} feature gate: "
+                    "it does not open the health stream nor fill allocatedResourcesStatus")
     [result] = allocation_results(resource_api.claim(namespace, pod_claim_name(pod, "gpu")),
                                   driver)
     entry = slice_device(resource_api.slices(driver, node), result["pool"], result["device"])

@@ -5,7 +5,8 @@ address, and the MTU where the driver publishes one) and its RDMA verbs node; th
 status carries the interface's network data, the addresses the pod sees. A storage NIC shares
 a root with no GPU, so asking for one beside a GPU under one root stays pending. A
 ``nic-link-down`` fault taints the NIC in its slice; clearing it lifts the taint. A pod using
-the NIC sees its interface lose its carrier during the fault and regain it after.
+the NIC sees its interface lose its carrier during the fault and regain it after, and its
+status shows the NIC unhealthy meanwhile (KEP-4680, where the kubelet reports device health).
 
 Observes only the API (slices, the claim, the pod's conditions) and what the pod sees, in the
 words of the cluster's NIC driver: fakegpu's, or DRANET's (the NVIDIA-compatible pass runs
@@ -18,7 +19,7 @@ import pytest
 from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
-from fakegpu.testkit import faults
+from fakegpu.testkit import faults, k8s
 from fakegpu.testkit.dra import ResourceApi, attribute_value, node_devices
 from fakegpu.testkit.nics import (
     PCIE_ROOT,
@@ -109,8 +110,10 @@ def test_a_running_pod_sees_its_nic_lose_its_link_and_get_it_back(
     namespace: str, nic_words: NicWords,
 ) -> None:
     """The fault reaches the interface the pod already has, not only the slice: the pod's
-    ``carrier`` goes to 0 (``ip link``: NO-CARRIER) and comes back when the fault is cleared.
-    The NIC is this pod's, so its taint changes no other test's allocation."""
+    ``carrier`` goes to 0 (``ip link``: NO-CARRIER) and comes back when the fault is cleared,
+    and the pod's status shows the NIC Unhealthy meanwhile, its GPU Healthy (where the kubelet
+    runs with ResourceHealthStatus). The NIC is this pod's, so its taint changes no other
+    test's allocation."""
     start_pod(fakegpu_cluster, core_v1, resource_api, namespace, "gpu-nic-fault", PCIE_ROOT)
     claim, _gpu, nic = running_claim(fakegpu_cluster, core_v1, resource_api, namespace,
                                      "gpu-nic-fault")
@@ -118,11 +121,27 @@ def test_a_running_pod_sees_its_nic_lose_its_link_and_get_it_back(
     [node] = {e["pool"] for e in claim["status"]["allocation"]["devices"]["results"]
               if e["driver"] == nic_words.driver}
     assert carrier(core_v1, namespace, "gpu-nic-fault", name)
+    # The pod's status: its GPU and its NIC, both healthy, then only the NIC unhealthy.
+    health = k8s.kubelet_reports_health(core_v1, node)
+
+    def shown() -> list[str]:
+        pod = k8s.pod_json(core_v1, namespace, "gpu-nic-fault")
+        return sorted(k8s.device_health(pod).values())
+
+    if health:
+        wait_for(until_true(lambda: shown() == ["Healthy", "Healthy"]),
+                 what="the pod's GPU and NIC to show Healthy", timeout=120)
     faults.nic_link(fakegpu_cluster, node, name, up=False)
     try:
         wait_for(until_true(lambda: not carrier(core_v1, namespace, "gpu-nic-fault", name)),
                  what=f"the pod's {name} to lose its carrier", timeout=60)
+        if health:
+            wait_for(until_true(lambda: shown() == ["Healthy", "Unhealthy"]),
+                     what=f"the pod's status to show {name} Unhealthy", timeout=60)
     finally:
         faults.nic_link(fakegpu_cluster, node, name, up=True)
     wait_for(until_true(lambda: carrier(core_v1, namespace, "gpu-nic-fault", name)),
              what=f"the pod's {name} to get its carrier back", timeout=60)
+    if health:
+        wait_for(until_true(lambda: shown() == ["Healthy", "Healthy"]),
+                 what=f"the pod's status to show {name} Healthy again", timeout=60)

@@ -103,13 +103,6 @@ def failed_unprepares(events: Iterable[Any]) -> list[str]:
 IS_ERROR_FIXED_MINOR = 36
 
 
-def kubelet_minor(node: dict[str, Any]) -> int | None:
-    """The minor of a Node's kubelet (``status.nodeInfo.kubeletVersion``), None if unreadable."""
-    version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))
-    m = re.match(r"v?1\.(\d+)", version)
-    return int(m.group(1)) if m else None
-
-
 def unprepare_errors(driver: str, metrics: str, minor: int | None = None) -> dict[str, float]:
     """The kubelet's counters of failed unprepares (see the module's docstring), by a name
     that says which; a counter never seen is absent (zero). ``minor``: the kubelet's (None:

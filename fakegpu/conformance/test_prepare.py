@@ -115,7 +115,7 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
 
 def _unprepare_errors(kube: Any, driver: str, nodes: list[str]) -> dict[str, dict[str, float]]:
     found = {}
-    minors = {n["metadata"]["name"]: kubelet.kubelet_minor(n) for n in kubeapi.nodes(kube)}
+    minors = {n["metadata"]["name"]: kubeapi.kubelet_minor(n) for n in kubeapi.nodes(kube)}
     for node in nodes:
         try:
             found[node] = kubelet.unprepare_errors(driver, kubelet.read_metrics(kube, node),

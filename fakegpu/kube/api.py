@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -124,6 +125,14 @@ def node_ready_on(api: client.ApiClient, name: str, kubelet_version: str) -> boo
     node = get_json(api, f"/api/v1/nodes/{name}")
     reported = str(node.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", ""))
     return is_ready(node) and reported.removeprefix("v") == kubelet_version.removeprefix("v")
+
+
+def kubelet_minor(node: Mapping[str, Any]) -> int | None:
+    """The minor of a Node's kubelet (``status.nodeInfo.kubeletVersion``), None if unreadable.
+    Lenient on purpose: a vendor's kubelet may say ``v1.34.4+k3s1``."""
+    version = str(((node.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", ""))
+    m = re.match(r"v?1\.(\d+)", version)
+    return int(m.group(1)) if m else None
 
 
 def internal_ip(node: Mapping[str, Any]) -> str:

@@ -1,9 +1,9 @@
 """``fakegpu nic run``: the NIC DRA driver's kubelet plugin on one node.
 
 Wires discovery (sysfs), the apiserver, the driver and the base's gRPC servers; publishes the
-node's NICs as one ResourceSlice and keeps it current. Stops on SIGTERM/SIGINT: finishes
-in-flight calls, removes its sockets, and deletes the node's slices unless another instance
-of the driver still serves here.
+node's NICs as one ResourceSlice and keeps it current, and their links as device health.
+Stops on SIGTERM/SIGINT: finishes in-flight calls, removes its sockets, and deletes the node's
+slices unless another instance of the driver still serves here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from fakegpu import drivers
 from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.dirwatch import DirWatch
+from fakegpu.kubeletplugin.health import HealthStreams
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.slicepool import PoolPublisher, SliceApi
@@ -83,11 +84,19 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
     publisher = NicPublisher(kube, opts.driver_name, opts.node_name, opts.rediscover_interval_s,
                              driver, opts.numa_node_list)
     publisher.start()
-    # A link fault reaches the slice and the pods' interfaces at once, not at the next
-    # rediscovery (the sysfs view's link files change by rename).
-    links = DirWatch(discovery.link_dirs(), publisher.wake)
+    # Pods' status shows a NIC without link unhealthy (KEP-4680), read afresh per report.
+    streams = HealthStreams(opts.node_name, lambda: slices.device_health(
+        opts.driver_name, discovery.discover()))
+
+    def changed() -> None:
+        publisher.wake()
+        streams.wake()
+
+    # A link fault reaches the slice, the pods' interfaces and their status at once, not at
+    # the next rediscovery (the sysfs view's link files change by rename).
+    links = DirWatch(discovery.link_dirs(), changed)
     links.start()
-    servers = PluginServers(driver, paths)
+    servers = PluginServers(driver, paths, extra=streams)
     log.info("serving driver=%s node=%s registration=%s dra=%s state=%s", opts.driver_name,
              opts.node_name, paths.registration, paths.dra, state_dir)
     stop.wait()

@@ -18,6 +18,7 @@ from typing import Any
 
 from fakegpu import drivers
 from fakegpu.kubeletplugin import pcie, slicepool
+from fakegpu.kubeletplugin.health import HEALTHY, UNHEALTHY, DeviceStatus
 
 from .discovery import Nic
 
@@ -123,6 +124,14 @@ def device_body(driver: str, nic: Nic, numa_list: bool = False) -> dict[str, Any
     if not nic.link_up:  # nothing new is scheduled onto a NIC without a link
         body["taints"] = [{"key": f"{driver}/{TAINT_LINK_DOWN}", "effect": "NoSchedule"}]
     return body
+
+
+def device_health(driver: str, nics: Sequence[Nic]) -> list[DeviceStatus]:
+    """Each NIC's health for the kubelet's health streams (pod status): unhealthy while it
+    has no link, named by the taint its slice carries then."""
+    return [DeviceStatus(device_name(n, driver), HEALTHY) if n.link_up
+            else DeviceStatus(device_name(n, driver), UNHEALTHY, f"{driver}/{TAINT_LINK_DOWN}")
+            for n in nics]
 
 
 def build_slice(driver: str, node: str, nics: Sequence[Nic], version: str, generation: int,

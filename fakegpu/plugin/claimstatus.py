@@ -21,9 +21,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, Records
+from fakegpu.kubeletplugin.health import HEALTHY, DeviceStatus
 from fakegpu.kubeletplugin.syncloop import SyncLoop
-
-from .healthsvc import HEALTHY, DeviceStatus
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from fakegpu import drivers
 from fakegpu.errors import InvalidInput, printable
 from fakegpu.kubeletplugin import startup
 from fakegpu.kubeletplugin.checkpoint import Records
+from fakegpu.kubeletplugin.health import DeviceStatus, HealthStreams
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.slicepool import Taint
@@ -128,13 +129,13 @@ def run(opts: Options, stop: threading.Event | None = None) -> int:
                                opts.rediscover_interval_s, health=taints,
                                shape=look, still_faulty=health.still_faulty)
     # The kubelet's health streams report the taints the slices carry (pod status, KEP-4680).
-    def statuses() -> list[healthsvc.DeviceStatus]:
+    def statuses() -> list[DeviceStatus]:
         inventory = devices.current()
         taints = merge_taints(health.still_faulty(inventory, publisher.adopted),
                               health.taints(inventory), keep_fatal=not nvidia)
         return healthsvc.device_statuses(opts.driver_name, inventory, taints, nvidia)
 
-    streams = healthsvc.HealthStreams(opts.node_name, statuses)
+    streams = HealthStreams(opts.node_name, statuses)
     # The same health as conditions on each prepared claim's device status entries.
     conditions = ClaimConditions(kube, Records(state_dir), opts.driver_name, opts.node_name,
                                  statuses)

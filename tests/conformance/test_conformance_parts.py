@@ -326,9 +326,3 @@ def test_an_old_kubelets_successful_unprepares_are_not_failures() -> None:
     # A 1.36+ kubelet's "true" is a failure.
     assert kubelet.unprepare_errors("gpu.fakegpu.dev", _old_kubelet_counts(2, 1), 36) == {
         "UnprepareResources operations ending in error (any driver)": 2.0}
-
-
-@pytest.mark.parametrize(("version", "minor"), [
-    ("v1.35.4", 35), ("v1.38.0-beta.0", 38), ("", None), ("garbage", None)])
-def test_a_nodes_kubelet_minor(version: str, minor: int | None) -> None:
-    assert kubelet.kubelet_minor({"status": {"nodeInfo": {"kubeletVersion": version}}}) == minor

@@ -138,3 +138,9 @@ def test_apply_refuses_a_name_that_is_no_path_segment(meta: dict, field: str) ->
     with pytest.raises(InvalidInput, match=rf"ConfigMap .*: {field} .* must not"):
         kubeapi.apply(api, [obj], namespace="default")
     assert kubeapi.path_segment_problem("system:controller:x") == ""  # RBAC names stay valid
+
+
+@pytest.mark.parametrize(("version", "minor"), [
+    ("v1.35.4", 35), ("v1.38.0-beta.0", 38), ("v1.34.4+k3s1", 34), ("", None), ("garbage", None)])
+def test_a_nodes_kubelet_minor(version: str, minor: int | None) -> None:
+    assert kubeapi.kubelet_minor({"status": {"nodeInfo": {"kubeletVersion": version}}}) == minor

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.kubeletplugin.claims import ClaimRef
+from fakegpu.kubeletplugin.health import HEALTHY, UNHEALTHY, DeviceStatus
 from fakegpu.nic import discovery, netdev, slices
 from fakegpu.nic.driver import build_spec, status_entries
 from fakegpu.nvml import sysfs
@@ -155,6 +156,18 @@ def test_dranet_publishes_global_unicast_addresses_per_family() -> None:
          "2001:db8::3/64")) == {4: "10.0.0.2/8,198.18.0.1/21",
                                 6: "2001:db8::3/64,2001:db8::7/64"}
     assert slices.addresses_by_family(("169.254.3.1/16",)) == {}
+
+
+def test_a_nic_without_link_is_unhealthy_naming_its_taint(
+        dgx: tuple[Path, list[discovery.Nic]]) -> None:
+    nic = next(n for n in dgx[1] if n.name == "ibp21s0")
+    down = dataclasses.replace(nic, link_up=False)
+    assert slices.device_health("nic.fakegpu.dev", [nic, down]) == [
+        DeviceStatus("ibp21s0", HEALTHY),
+        DeviceStatus("ibp21s0", UNHEALTHY, "nic.fakegpu.dev/link-down")]
+    [status] = slices.device_health("dra.net", [down])
+    assert status.device == slices.device_name(nic, "dra.net")
+    assert status.message == "dra.net/link-down"
 
 
 def test_dranet_claims_are_prepared_under_the_pci_names(

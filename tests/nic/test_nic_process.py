@@ -26,7 +26,12 @@ import pytest
 
 from fakegpu import drivers
 from fakegpu import wait as waiting
-from fakegpu.kubeletplugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
+from fakegpu.kubeletplugin.proto import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+)
 from fakegpu.nic import discovery, netdev
 from fakegpu.nvml import sysfs
 from fakegpu.topology.load import load_topology
@@ -108,12 +113,29 @@ def _slices(apiserver: Path, node: str) -> Callable[[], list[dict[str, Any]]]:
     return slices
 
 
+def _health_until(stream: Iterator[Any], device: str, health: str) -> None:
+    """Read the kubelet's health stream until a report shows ``device`` as ``health``."""
+    for report in stream:
+        shown = {d.device.device_name: dra_health_v1_pb2.HealthStatus.Name(d.health)
+                 for d in report.devices}
+        if shown.get(device) == health:
+            return
+    raise AssertionError(f"the health stream ended before {device} was {health}")
+
+
 def test_a_link_fault_reaches_the_slice_long_before_the_next_rediscovery(
         short_tmp: Path, apiserver: Path) -> None:
     # Rediscovery every 10 minutes: only the watch on the view's link files can carry the
-    # fault to the slice within the wait's 30 s.
-    with nic_plugin(short_tmp, apiserver, "600") as (proc, node, view, _dra):
+    # fault to the slice within the wait's 30 s. The kubelet's health stream (pod status)
+    # shows the NIC unhealthy meanwhile.
+    with (nic_plugin(short_tmp, apiserver, "600") as (proc, node, view, dra),
+          grpc.insecure_channel(f"unix://{dra}") as channel):
         slices = _slices(apiserver, node)
+        stream = dra_health_v1_pb2_grpc.DRAResourceHealthStub(channel).NodeWatchResources(
+            dra_health_v1_pb2.NodeWatchResourcesRequest(), timeout=60)
+        storage = next(n for n in discovery.discover(str(view)) if n.name == "enp69s0f0")
+        device = "pci-" + storage.pci_bus_id.replace(":", "-").replace(".", "-")
+        _health_until(stream, device, "HEALTHY")
 
         def state(interface: str) -> str | None:
             for s in slices():
@@ -125,8 +147,11 @@ def test_a_link_fault_reaches_the_slice_long_before_the_next_rediscovery(
         wait_for(lambda: state("enp69s0f0") == "up", "the storage NIC published up", proc)
         sysfs.set_link(view, "enp69s0f0", False)
         wait_for(lambda: state("enp69s0f0") == "down", "the link fault in the slice", proc)
+        _health_until(stream, device, "UNHEALTHY")
         sysfs.set_link(view, "enp69s0f0", True)
         wait_for(lambda: state("enp69s0f0") == "up", "the link back in the slice", proc)
+        _health_until(stream, device, "HEALTHY")
+        stream.cancel()
 
 
 def test_dranet_names_published_and_a_claim_prepared_under_them(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice, Records
+from fakegpu.kubeletplugin.health import DeviceStatus
 from fakegpu.plugin.claimstatus import ClaimConditions, apply, conditions
-from fakegpu.plugin.healthsvc import DeviceStatus
 
 from .helpers import DRIVER, NODE, ClaimStore, claim
 

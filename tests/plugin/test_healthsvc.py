@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 import pytest
 
+from fakegpu.kubeletplugin import health as healthsvc
+from fakegpu.kubeletplugin.health import DeviceStatus, HealthStreams
 from fakegpu.kubeletplugin.proto import (
     dra_health_v1_pb2,
     dra_health_v1_pb2_grpc,
@@ -23,10 +25,9 @@ from fakegpu.kubeletplugin.proto import (
 )
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.kubeletplugin.sockets import socket_paths
-from fakegpu.plugin import healthsvc
 from fakegpu.plugin.discovery import Inventory
 from fakegpu.plugin.driver import Devices, Driver, DriverConfig
-from fakegpu.plugin.healthsvc import DeviceStatus, HealthStreams, device_statuses
+from fakegpu.plugin.healthsvc import device_statuses
 
 from .helpers import DRIVER, NODE, ClaimStore, gpu, inventory
 
