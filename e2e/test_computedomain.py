@@ -156,9 +156,17 @@ def test_a_degraded_fabric_and_a_killed_imex_daemon_show_in_the_domain_status(
                        is_transient=k8s.is_transient_api_error)
     assert "GPU 1" in message and "degraded" in message, message
     assert node_entry(get(k8s_client, names, namespace, "pair"), a)["status"] == "Ready"
+    # The pod on b sees its channel Unhealthy in its status (KEP-4680), the one on a not.
+    health = k8s.kubelet_reports_health(core_v1, b)
+    if health:
+        k8s.wait_device_health(core_v1, namespace, "w1", "Unhealthy", timeout=TIMEOUT)
+        assert set(k8s.device_health(k8s.pod_json(core_v1, namespace, "w0")).values()) == {
+            "Healthy"}
     # ...until it heals.
     faults.clear(fakegpu_cluster, b, 1)
     wait_domain(k8s_client, names, namespace, "pair", ready(2), "Ready again")
+    if health:
+        k8s.wait_device_health(core_v1, namespace, "w1", "Healthy", timeout=TIMEOUT)
 
     # The IMEX daemon process of node a killed: a is NotReady until it is back.
     pods: Any = core_v1.list_namespaced_pod(

@@ -56,6 +56,7 @@ from fakegpu.kubeletplugin import cdispec, slicepool, startup
 from fakegpu.kubeletplugin import names as safe
 from fakegpu.kubeletplugin.checkpoint import PreparedClaim, PreparedDevice
 from fakegpu.kubeletplugin.claims import ClaimError, ClaimRef, PrepareResult, allocated_results
+from fakegpu.kubeletplugin.health import HEALTHY, UNHEALTHY, DeviceStatus, HealthStreams
 from fakegpu.kubeletplugin.kube import Kube
 from fakegpu.kubeletplugin.server import PluginServers
 from fakegpu.wait import NotYet, wait_for
@@ -122,6 +123,22 @@ def devices(version: str) -> list[dict[str, Any]]:
             "attributes": {"type": {"string": kind}, "id": {"int": index}}}, version)
 
     return [*(device(CHANNEL, i) for i in range(CHANNELS)), device(DAEMON, 0)]
+
+
+def device_health(problem: str) -> list[DeviceStatus]:
+    """Every device's health for the kubelet's health streams (pod status): while the node's
+    fabric keeps it out of every domain (``NodeFabric.problem``: not completed, degraded, no
+    clique), its channels and daemon are unusable, so unhealthy, with that reason."""
+    return [DeviceStatus(d["name"], UNHEALTHY if problem else HEALTHY, problem)
+            for d in devices("v1")]
+
+
+def fabric_problem() -> str:
+    """The node's fabric problem ("" when it can join a domain), read through NVML."""
+    try:
+        return fabric.read().problem
+    except FakegpuError as err:
+        return str(err)
 
 
 def slice_object(names: Names, node: str, owner: dict[str, Any] | None, version: str,
@@ -596,7 +613,9 @@ def run(driver_name: str, node: str, kubeconfig: Path | None, kubelet_root: Path
     driver.restart_daemons()
     stop = stop or threading.Event()
     startup.on_signals(stop)
-    servers = PluginServers(driver, paths, 8)
+    # Pods holding a channel see it unhealthy while the fabric keeps the node out (KEP-4680).
+    streams = HealthStreams(node, lambda: device_health(fabric_problem()))
+    servers = PluginServers(driver, paths, 8, streams)
     log.info("serving driver=%s node=%s dra=%s", driver_name, node, paths.dra)
     while not stop.wait(2.0):
         _reap()

@@ -136,3 +136,14 @@ def test_a_daemon_claim_must_be_in_the_drivers_namespace() -> None:
     why = plugin.daemon_claim_problem(REF, "fakegpu-system")
     assert why.startswith("ResourceClaim ns/c is a ComputeDomainDaemonConfig claim: ")
     assert "must be in the driver's namespace (fakegpu-system)" in why
+
+
+def test_a_fabric_problem_makes_every_channel_and_the_daemon_unhealthy() -> None:
+    healthy = plugin.device_health("")
+    assert [s.device for s in healthy] == [
+        *(f"channel-{i}" for i in range(plugin.CHANNELS)), "daemon-0"]
+    assert {(s.health, s.message) for s in healthy} == {("HEALTHY", "")}
+    problem = NodeFabric((GpuFabric(1, "GPU-1", 3, "c.1", True),)).problem
+    assert "degraded" in problem
+    assert {(s.health, s.message) for s in plugin.device_health(problem)} == {
+        ("UNHEALTHY", problem)}
