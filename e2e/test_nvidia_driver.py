@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -518,3 +519,108 @@ def test_dynamic_mig_creates_the_instance_at_prepare_and_destroys_it_after_a_res
             raise NotYet(f"MIG devices still on {DMIG_NODE}: {left}")
 
     wait_for(destroyed, what=f"the plugin to destroy the MIG instance on {DMIG_NODE}", timeout=120)
+
+
+# --- consumable shares (kubernetes-sigs main: its ConsumableShares gate) ------------------------
+
+SHARES = 2  # --consumable-shares N: at most N claims of a device, one share each
+SHARES_NODE = "nv-1"  # one H100, whole
+
+
+def knows_flag(binary: Path, flag: str) -> bool:
+    """Whether the plugin's --help lists ``flag`` (a release without it refuses to start)."""
+    shown = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60,
+                           check=False)
+    return flag in shown.stdout + shown.stderr
+
+
+@pytest.fixture(scope="module")
+def shares_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    """NVIDIA's plugin sharing every whole GPU and static MIG device by consumable capacity
+    (``--consumable-shares N``); only its main branch has the flag."""
+    binary = request.config.getoption("fakegpu_nvidia_plugin_bin")
+    if binary and not knows_flag(Path(binary), "--consumable-shares"):
+        pytest.skip(f"{binary} has no --consumable-shares: consumable shares are in "
+                    "kubernetes-sigs/dra-driver-nvidia-gpu's main after v0.4, not in this build")
+    yield from nvidia_plugin_cluster(request, "nvcs", [
+        "--feature-gates=ConsumableShares=true", f"--consumable-shares={SHARES}"])
+
+
+@pytest.fixture()
+def shares_ns(shares_cluster: ClusterInfo) -> Iterator[str]:
+    yield from namespace(k8s.new_api_client(shares_cluster.kubeconfig), "e2e-nvidia-shares")
+
+
+def _quantities(value: Any) -> Any:
+    """``value`` with every string that is a Kubernetes quantity as its number, so ``1Mi``
+    and ``1048576`` compare equal, as the apiserver treats them."""
+    if isinstance(value, dict):
+        return {k: _quantities(v) for k, v in value.items()}
+    if isinstance(value, str):
+        try:
+            return parse_quantity(value)  # type: ignore[no-untyped-call]
+        except ValueError:
+            return value
+    return value
+
+
+def test_consumable_shares_publish_what_fakegpus_nvidia_mode_publishes(
+        shares_cluster: ClusterInfo) -> None:
+    """Every whole GPU and static MIG device NVIDIA's plugin publishes under its shares policy
+    has the shape fakegpu's plugin publishes as NVIDIA's with the same ``--consumable-shares``
+    (``plugin.shape.apply_shares``): several claims at once, memory in MiB steps from 0, and a
+    ``shares`` capacity of N, one per claim unless asked otherwise."""
+    from fakegpu.plugin.shape import apply_shares
+
+    resource_api = ResourceApi(k8s.new_api_client(shares_cluster.kubeconfig))
+    published = [d for s in resource_api.slices(DRIVER) for d in s["spec"].get("devices") or ()]
+    kinds = {str(attribute_value(d, "type")) for d in published}
+    assert {"gpu", "mig"} <= kinds, kinds
+    for device in published:
+        memory = _bytes(device["capacity"]["memory"]["value"])
+        expected: dict[str, Any] = {"capacity": {"memory": {"value": str(memory)}}}
+        apply_shares(expected, str(SHARES), memory)
+        assert device.get("allowMultipleAllocations") is True, device["name"]
+        assert _quantities(device["capacity"]["memory"]) == _quantities(
+            expected["capacity"]["memory"]), device["name"]
+        assert _quantities(device["capacity"]["shares"]) == _quantities(
+            expected["capacity"]["shares"]), device["name"]
+
+
+def test_two_claims_share_a_gpu_by_shares_and_a_third_waits(shares_cluster: ClusterInfo,
+                                                             shares_ns: str) -> None:
+    """N claims of one share each get the same GPU with distinct share IDs, and their pods,
+    prepared by NVIDIA's plugin, see that GPU; claim N+1 is refused until one goes."""
+    api = k8s.new_api_client(shares_cluster.kubeconfig)
+    resource_api, core, ns = ResourceApi(api), kclient.CoreV1Api(api), shares_ns
+    [gpu] = [d for s in resource_api.slices(DRIVER) if s["spec"].get("nodeName") == SHARES_NODE
+             for d in s["spec"].get("devices") or () if attribute_value(d, "type") == "gpu"]
+    uuid = str(attribute_value(gpu, "uuid"))
+    names = [f"s{i}" for i in range(SHARES + 1)]
+    for name in names:
+        request = resource_api.device_request("dev", DRIVER, cel=[
+            f'device.attributes["{DRIVER}"].uuid == "{uuid}"'])
+        (request.get("exactly") or request)["capacity"] = {"requests": {"shares": "1"}}
+        resource_api.create("resourceclaimtemplates", resource_api.claim_template(
+            name, [request]), namespace=ns)
+    for name in names[:SHARES]:
+        k8s.create_pod(core, ns, _pod(name, name, shares_cluster.workload_image,
+                                      "echo BEGIN; nvidia-smi -L; echo END"))
+    share_ids = set()
+    for name in names[:SHARES]:
+        k8s.wait_pod_running(core, ns, name, timeout=180)
+        claim = resource_api.claim(ns, pod_claim_name(k8s.read_pod(core, ns, name), "dev"))
+        [result] = allocation_results(claim, DRIVER)
+        assert (result["pool"], result["device"]) == (SHARES_NODE, gpu["name"]), result
+        assert result.get("consumedCapacity", {}).get("shares") == "1", result
+        share_ids.add(result["shareID"])
+        listed = smi_listing(core, ns, name)
+        assert len(listed) == 1 and listed[0].endswith(f"(UUID: {uuid})"), listed
+    assert len(share_ids) == SHARES, share_ids
+    last = names[SHARES]
+    k8s.create_pod(core, ns, _pod(last, last, shares_cluster.workload_image,
+                                  "echo BEGIN; nvidia-smi -L; echo END"))
+    k8s.wait_unschedulable(core, ns, last, what=f"a claim for share {SHARES + 1} refused")
+    core.delete_namespaced_pod(names[0], ns, grace_period_seconds=0)
+    k8s.wait_pod_gone(core, ns, names[0])
+    k8s.wait_pod_running(core, ns, last, timeout=300)
