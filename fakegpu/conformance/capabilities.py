@@ -19,6 +19,15 @@ podSees:                         # optional: how a container sees its devices
   separator: ","
 ```
 
+or, for a driver whose containers get no such variable (NVIDIA's own plugin), a command run in
+the container whose non-empty output lines are the entries:
+
+```yaml
+podSees:
+  command: [nvidia-smi, --query-gpu=uuid, "--format=csv,noheader"]  # quoted: a comma splits
+  attribute: uuid
+```
+
 Without a file the core every DRA driver has is declared (``slices``, ``prepare``,
 ``sharedClaims``) and nothing else. Bad input is one line naming the field (exit code 2).
 """
@@ -44,15 +53,25 @@ _TOP = ("driver", "deviceClass", "supports", "podSees")
 
 @dataclass(frozen=True)
 class PodSees:
-    env: str
+    """How a container sees its devices: an environment variable listing them (``env``), or
+    the output lines of a command run in it (``command``); each entry is ``attribute`` of a
+    device."""
+
     attribute: str
+    env: str = ""
     separator: str = ","
+    command: tuple[str, ...] = ()
 
     def devices(self, env: Mapping[str, str]) -> list[str] | None:
         """The entries of the variable in ``env`` (None when the variable is absent)."""
         if self.env not in env:
             return None
         return [v for v in env[self.env].split(self.separator) if v]
+
+    @staticmethod
+    def output_devices(stdout: str) -> list[str]:
+        """The entries a ``command`` printed: its non-empty lines, stripped."""
+        return [line.strip() for line in stdout.splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -113,14 +132,33 @@ def parse(doc: Any, where: str) -> Capabilities:
                         pod_sees=_pod_sees(doc.get("podSees"), where), source=where)
 
 
+MAX_COMMAND_WORDS = 32
+
+
 def _pod_sees(doc: Any, where: str) -> PodSees | None:
     if doc is None:
         return None
     if not isinstance(doc, Mapping):
-        raise InvalidInput(f"{where}: podSees: expected a mapping with env, attribute")
-    for key in ("env", "attribute"):
-        if not isinstance(doc.get(key), str) or not doc[key]:
-            raise InvalidInput(f"{where}: podSees.{key}: expected a non-empty string")
+        raise InvalidInput(f"{where}: podSees: expected a mapping with env or command, and "
+                           "attribute")
+    unknown = sorted(set(doc) - {"env", "command", "attribute", "separator"})
+    if unknown:
+        raise InvalidInput(f"{where}: podSees: unknown field {unknown[0]!r} (known: env, "
+                           "command, attribute, separator)")
+    if not isinstance(doc.get("attribute"), str) or not doc["attribute"]:
+        raise InvalidInput(f"{where}: podSees.attribute: expected a non-empty string")
+    if ("env" in doc) == ("command" in doc):
+        raise InvalidInput(f"{where}: podSees: expected either env (a variable listing the "
+                           "devices) or command (one printing one per line), not both")
+    if "command" in doc:
+        command = doc["command"]
+        if (not isinstance(command, list) or not 0 < len(command) <= MAX_COMMAND_WORDS
+                or not all(isinstance(w, str) and w for w in command)):
+            raise InvalidInput(f"{where}: podSees.command: expected a list of 1 to "
+                               f"{MAX_COMMAND_WORDS} non-empty strings (argv)")
+        return PodSees(attribute=doc["attribute"], command=tuple(command))
+    if not isinstance(doc.get("env"), str) or not doc["env"]:
+        raise InvalidInput(f"{where}: podSees.env: expected a non-empty string")
     separator = doc.get("separator", ",")
     if not isinstance(separator, str) or not separator:
         raise InvalidInput(f"{where}: podSees.separator: expected a non-empty string")

@@ -38,6 +38,9 @@ def seen(core: kclient.CoreV1Api, target: Target, ns: str, pod_name: str,
     how = target.capabilities.pod_sees
     if how is None:
         return None
+    if how.command:
+        ran = k8s.exec_in_pod(core, ns, pod_name, list(how.command), container=container)
+        return how.output_devices(ran.stdout)
     env = k8s.parse_env(k8s.exec_in_pod(core, ns, pod_name, ["env"],
                                         container=container).stdout)
     got = how.devices(env)

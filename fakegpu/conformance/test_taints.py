@@ -16,9 +16,9 @@ from fakegpu.testkit.dra import (
     PodClaim,
     ResourceApi,
     allocated_devices,
-    node_devices,
     pod_claim_name,
 )
+from fakegpu.testkit.wait import NotYet, wait_for
 
 from . import kit
 from .target import Target
@@ -49,8 +49,23 @@ def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
     version = _rule_version(kube)
     if version is None:
         pytest.skip(f"not applicable: {target.facts.version} serves no DeviceTaintRule")
-    node, devices = sorted(node_devices(rapi, target.driver).items())[0]
-    device = devices[-1]
+    # A device the device class selects: the one a probe claim of the class is allocated (not
+    # any device of the driver: NVIDIA's also publishes MIG devices its gpu class never takes).
+    any_one = rapi.device_request("dev", target.device_class)
+    rapi.create("resourceclaimtemplates", rapi.claim_template("probe", [any_one]), ns)
+    k8s.create_pod(core, ns, kit.pod(target, "probe", PodClaim("dev", template="probe")))
+    probe: Any = k8s.wait_pod_running(core, ns, "probe")
+    generated = pod_claim_name(probe, "dev")
+    (device,) = allocated_devices(rapi, target.driver, rapi.claim(ns, generated))
+    node = probe.spec.node_name
+    core.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
+    k8s.wait_pod_gone(core, ns, "probe")
+
+    def released() -> None:  # else the pinned claim below waits for a held device, not a taint
+        if generated in {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}:
+            raise NotYet(f"the probe's claim {generated} still exists")
+
+    wait_for(released, what="the probe's claim to be released", timeout=120)
     rules = ResourceApi(kube, version)
     name = f"conf-{uuid.uuid4().hex[:8]}"
     rules.create("devicetaintrules", {"kind": "DeviceTaintRule", "metadata": {"name": name},

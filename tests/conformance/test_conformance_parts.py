@@ -55,7 +55,16 @@ def test_without_a_file_only_the_core_is_declared() -> None:
     ({"supports": {"sliceWriteScope": True}}, "supports.sliceWriteScope: expected"),
     ({"supports": {"sliceWriteScope": {"serviceAccount": "sa"}}},
      "sliceWriteScope.serviceAccount: expected NAMESPACE/NAME"),
-    ({"podSees": {"attribute": "uuid"}}, "podSees.env: expected a non-empty string"),
+    ({"podSees": {"attribute": "uuid"}}, "podSees: expected either env"),
+    ({"podSees": {"attribute": "uuid", "env": "X", "command": ["ls"]}},
+     "podSees: expected either env"),
+    ({"podSees": {"attribute": "uuid", "env": ""}}, "podSees.env: expected a non-empty string"),
+    ({"podSees": {"attribute": "uuid", "command": "nvidia-smi -L"}},
+     "podSees.command: expected a list of 1 to 32 non-empty strings"),
+    ({"podSees": {"attribute": "uuid", "command": []}}, "podSees.command: expected a list"),
+    ({"podSees": {"env": "X"}}, "podSees.attribute: expected a non-empty string"),
+    ({"podSees": {"env": "X", "attribute": "uuid", "shell": "sh"}},
+     "podSees: unknown field 'shell'"),
     ({"driver": 3}, "driver: expected a string"),
     (["prepare"], "expected a mapping"),
 ])
@@ -72,6 +81,15 @@ def test_declared_false_is_not_declared_and_pod_sees_splits() -> None:
     assert declared.pod_sees is not None
     assert declared.pod_sees.devices({"GPUS": "0:3"}) == ["0", "3"]
     assert declared.pod_sees.devices({}) is None
+
+
+def test_pod_sees_by_a_command_takes_its_output_lines() -> None:
+    declared = capabilities.parse({"podSees": {
+        "command": ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+        "attribute": "uuid"}}, "c")
+    how = declared.pod_sees
+    assert how is not None and how.command[0] == "nvidia-smi" and not how.env
+    assert how.output_devices("GPU-1\n\n  GPU-2  \n") == ["GPU-1", "GPU-2"]
 
 
 def test_gates_from_the_apiservers_metrics() -> None:
