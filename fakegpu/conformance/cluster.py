@@ -7,14 +7,10 @@ suite supports has it); where /metrics cannot be read, gates are unknown and gat
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from fakegpu.kube import api as kubeapi
-
-_GATE = re.compile(r'^kubernetes_feature_enabled\{name="([A-Za-z0-9]+)",stage="([A-Z]*)"\}'
-                   r"\s+([01])\s*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -28,11 +24,6 @@ class ClusterFacts:
         return self.gates.get(name) if self.gates else None
 
 
-def parse_gates(metrics: str) -> dict[str, bool]:
-    """Feature gate -> enabled, from the Prometheus text of an apiserver's /metrics."""
-    return {m.group(1): m.group(3) == "1" for m in _GATE.finditer(metrics)}
-
-
 def read_facts(api: Any) -> ClusterFacts:
     version = str(kubeapi.get_json(api, "/version").get("gitVersion", "unknown"))
     resource_api = kubeapi.resource_version(api)
@@ -41,6 +32,6 @@ def read_facts(api: Any) -> ClusterFacts:
     except kubeapi.ERRORS as err:
         return ClusterFacts(version, resource_api, {},
                             f"gates unknown: /metrics not readable ({str(err).splitlines()[0]})")
-    gates = parse_gates(text)
+    gates = kubeapi.parse_feature_gates(text)
     note = "" if gates else "gates unknown: /metrics has no kubernetes_feature_enabled"
     return ClusterFacts(version, resource_api, gates, note)

@@ -29,8 +29,6 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from fakegpu.kube import api as kubeapi
-
 PLUGINS_METRIC = "plugin_manager_total_plugins"
 REGISTERED_STATE = "actual_state_of_world"
 FAILED_UNPREPARE = "FailedUnprepareDynamicResources"
@@ -77,12 +75,6 @@ def registration_problem(driver: str, node: str, metrics: str) -> str | None:
     return (f"node {node}: the kubelet has not registered driver {driver}: no registration "
             f"socket named {driver}-... in its {REGISTERED_STATE} (registered: "
             f"{', '.join(sockets) or 'none'})")
-
-
-def read_metrics(api: Any, node: str) -> str:
-    """The Prometheus text of ``node``'s kubelet /metrics, through the API server's proxy."""
-    path = f"/api/v1/nodes/{node}/proxy/metrics"
-    return kubeapi.get(api, path, timeout=30).decode(errors="replace")
 
 
 def failed_unprepares(events: Iterable[Any]) -> list[str]:

@@ -118,7 +118,7 @@ def _unprepare_errors(kube: Any, driver: str, nodes: list[str]) -> dict[str, dic
     minors = {n["metadata"]["name"]: kubeapi.kubelet_minor(n) for n in kubeapi.nodes(kube)}
     for node in nodes:
         try:
-            found[node] = kubelet.unprepare_errors(driver, kubelet.read_metrics(kube, node),
+            found[node] = kubelet.unprepare_errors(driver, kubeapi.kubelet_metrics(kube, node),
                                                    minors.get(node))
         except kubeapi.ERRORS as err:
             first = (str(err).splitlines() or [type(err).__name__])[0]

@@ -84,7 +84,7 @@ def test_driver_registered_with_kubelet(target: Target, rapi: ResourceApi, kube:
         problems = []
         for node in nodes:
             try:
-                metrics = kubelet.read_metrics(kube, node)
+                metrics = kubeapi.kubelet_metrics(kube, node)
             except kubeapi.ERRORS as err:
                 first = (str(err).splitlines() or [type(err).__name__])[0]
                 problems.append(f"node {node}: its kubelet's /metrics cannot be read through "

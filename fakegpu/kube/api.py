@@ -127,6 +127,21 @@ def node_ready_on(api: client.ApiClient, name: str, kubelet_version: str) -> boo
     return is_ready(node) and reported.removeprefix("v") == kubelet_version.removeprefix("v")
 
 
+_FEATURE_ENABLED = re.compile(r'^kubernetes_feature_enabled\{name="([A-Za-z0-9]+)",'
+                              r'stage="([A-Z]*)"\}\s+([01])\s*$', re.M)
+
+
+def parse_feature_gates(metrics: str) -> dict[str, bool]:
+    """Feature gate -> enabled, from a component's Prometheus text (its /metrics'
+    ``kubernetes_feature_enabled``: the apiserver's, a kubelet's)."""
+    return {m.group(1): m.group(3) == "1" for m in _FEATURE_ENABLED.finditer(metrics)}
+
+
+def kubelet_metrics(api: client.ApiClient, node: str) -> str:
+    """The Prometheus text of ``node``'s kubelet /metrics, through the API server's proxy."""
+    return get(api, f"/api/v1/nodes/{node}/proxy/metrics", timeout=30).decode(errors="replace")
+
+
 def kubelet_minor(node: Mapping[str, Any]) -> int | None:
     """The minor of a Node's kubelet (``status.nodeInfo.kubeletVersion``), None if unreadable.
     Lenient on purpose: a vendor's kubelet may say ``v1.34.4+k3s1``."""

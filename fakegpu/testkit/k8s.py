@@ -10,7 +10,6 @@ nothing is read from the environment at import time.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -236,19 +235,14 @@ def wait_device_health(core: kclient.CoreV1Api, namespace: str, name: str, healt
 
 
 HEALTH_GATE = "ResourceHealthStatus"
-HEALTH_GATE_ON_FROM = 36  # alpha (off) before 1.36, beta (on) from 1.36
 
 
 def kubelet_reports_health(core: kclient.CoreV1Api, node: str) -> bool:
     """Whether the node's kubelet runs with the ResourceHealthStatus gate on, so it opens the
-    drivers' health streams and fills ``allocatedResourcesStatus``: its /configz through the
-    apiserver, else the gate's default at the kubelet's minor."""
-    raw: Any = core.connect_get_node_proxy_with_path(node, "configz", _preload_content=False)
-    gates = (json.loads(raw.data).get("kubeletconfig") or {}).get("featureGates") or {}
-    if HEALTH_GATE in gates:
-        return bool(gates[HEALTH_GATE])
-    minor = kubeapi.kubelet_minor(kubeapi.get_json(core.api_client, f"/api/v1/nodes/{node}"))
-    return minor is not None and minor >= HEALTH_GATE_ON_FROM
+    drivers' health streams and fills ``allocatedResourcesStatus``: as its own /metrics
+    report the gate (``kubernetes_feature_enabled``), whatever set it."""
+    gates = kubeapi.parse_feature_gates(kubeapi.kubelet_metrics(core.api_client, node))
+    return gates.get(HEALTH_GATE, False)
 
 
 def wait_event(core: kclient.CoreV1Api, namespace: str, reason: str, *,

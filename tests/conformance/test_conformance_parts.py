@@ -14,9 +14,10 @@ import pytest
 import fakegpu.conformance as conformance
 from fakegpu.cli import main
 from fakegpu.conformance import capabilities, checks, kubelet, report
-from fakegpu.conformance.cluster import ClusterFacts, parse_gates
+from fakegpu.conformance.cluster import ClusterFacts
 from fakegpu.conformance.target import Target
 from fakegpu.errors import InvalidInput
+from fakegpu.kube.api import parse_feature_gates as parse_gates
 
 
 def _check_functions() -> set[str]:
