@@ -29,6 +29,7 @@ from fakegpu.testkit.dra import (
     run_gpu_pod,
     slice_device,
     toleration,
+    wait_claims_released,
 )
 from fakegpu.testkit.minors import known_bug_before
 from fakegpu.testkit.wait import NotYet, wait_for
@@ -59,17 +60,6 @@ def wait_taints(resource_api: ResourceApi, driver: str, node: str, device: str,
         return found
 
     return wait_for(check, what=f"taints {want} on {node}/{device}", timeout=60, interval=0.5)
-
-
-def wait_claim_gone(resource_api: ResourceApi, namespace: str, name: str) -> None:
-    def gone() -> None:
-        try:
-            resource_api.claim(namespace, name)
-        except errors.NotFound:
-            return
-        raise NotYet(f"claim {namespace}/{name} still exists")
-
-    wait_for(gone, what=f"claim {namespace}/{name} to be deleted", timeout=120)
 
 
 # serial: it frees one exact GPU and waits for its own pending claim to land there once the taint
@@ -105,7 +95,8 @@ def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
 
     core_v1.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
     k8s.wait_pod_gone(core_v1, namespace, "holder")
-    wait_claim_gone(resource_api, namespace, held)  # the device is free: only the taint remains
+    # The device is free: only the taint remains.
+    wait_claims_released(resource_api, namespace, gone=[held])
 
     # A claim for exactly that device (by UUID) cannot be allocated while it is tainted ...
     that_gpu = cel_match(driver, "uuid", uuid)
@@ -129,7 +120,7 @@ def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
     core_v1.delete_namespaced_pod("tolerant", namespace, grace_period_seconds=0)
     k8s.wait_pod_gone(core_v1, namespace, "tolerant")
     resource_api.delete("resourceclaims", "tolerant", namespace)
-    wait_claim_gone(resource_api, namespace, "tolerant")
+    wait_claims_released(resource_api, namespace, gone=["tolerant"])
 
     # Clearing the fault lifts the taint, and the waiting claim lands on the device.
     faults.clear(fakegpu_cluster, node, index)

@@ -25,7 +25,13 @@ from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
 from fakegpu.testkit import faults, k8s
-from fakegpu.testkit.dra import PodClaim, ResourceApi, pod_claim_name, pod_manifest
+from fakegpu.testkit.dra import (
+    PodClaim,
+    ResourceApi,
+    pod_claim_name,
+    pod_manifest,
+    wait_claims_released,
+)
 from fakegpu.testkit.load import LoadReport, PodLoad, PodRecord
 from fakegpu.testkit.upgrade import (
     Background,
@@ -413,15 +419,7 @@ def test_downgrade_keeps_claims_the_newer_version_prepared(
         claim = pod_claim_name(k8s.read_pod(core_v1, namespace, name), "gpu")
         core_v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         k8s.wait_pod_gone(core_v1, namespace, name)
-
-        def claim_gone(claim: str = claim) -> None:
-            try:
-                resource_api.claim(namespace, claim)
-            except Exception:
-                return
-            raise NotYet(f"claim {claim} still exists")
-
-        wait_for(claim_gone, what=f"claim {claim} released and deleted", timeout=120)
+        wait_claims_released(resource_api, namespace, gone=[claim])
 
 
 def test_the_nodes_gpu_state_outlives_the_upgrade(

@@ -18,6 +18,7 @@ from fakegpu.testkit.dra import (
     allocated_node,
     node_devices,
     pod_claim_name,
+    wait_claims_released,
 )
 from fakegpu.testkit.wait import NotYet, wait_for
 
@@ -88,15 +89,7 @@ def test_deallocated_after_use(target: Target, core: kclient.CoreV1Api, rapi: Re
         k8s.wait_pod_gone(core, ns, pod_name)
     generated = held["from-template"][0]
 
-    def released() -> None:
-        claims = {c["metadata"]["name"]: c for c in rapi.items("resourceclaims", ns)}
-        if generated in claims:
-            raise NotYet(f"generated claim {generated} still exists")
-        status = claims["mine"].get("status") or {}
-        if status.get("reservedFor") or status.get("allocation"):
-            raise NotYet(f"claim mine still reserved or allocated: {status}")
-
-    wait_for(released, what="the deleted pods' claims to be released", timeout=120)
+    wait_claims_released(rapi, ns, gone=[generated], unreserved=["mine"])
 
     # Each freed device serves a new pod on its node (a driver that never unprepared would
     # still hold it in a way the new pod shows: it would not start, or see something else).
@@ -145,14 +138,7 @@ def test_unprepared_without_failures(target: Target, core: kclient.CoreV1Api,
     for pod_name in ("from-template", "from-claim"):
         k8s.wait_pod_gone(core, ns, pod_name)
 
-    def released() -> None:
-        status = rapi.claim(ns, "mine").get("status") or {}
-        if status.get("reservedFor") or status.get("allocation"):
-            raise NotYet(f"claim mine still reserved or allocated: {status}")
-        if generated in {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}:
-            raise NotYet(f"generated claim {generated} still exists")
-
-    wait_for(released, what="the deleted pods' claims to be released", timeout=120)
+    wait_claims_released(rapi, ns, gone=[generated], unreserved=["mine"])
     # A short watch after the release catches an event that lags the pod's removal.
     deadline = time.monotonic() + UNPREPARE_SETTLE_S
     while True:

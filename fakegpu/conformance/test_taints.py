@@ -17,8 +17,8 @@ from fakegpu.testkit.dra import (
     ResourceApi,
     allocated_devices,
     pod_claim_name,
+    wait_claims_released,
 )
-from fakegpu.testkit.wait import NotYet, wait_for
 
 from . import kit
 from .target import Target
@@ -61,11 +61,7 @@ def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
     core.delete_namespaced_pod("probe", ns, grace_period_seconds=0)
     k8s.wait_pod_gone(core, ns, "probe")
 
-    def released() -> None:  # else the pinned claim below waits for a held device, not a taint
-        if generated in {c["metadata"]["name"] for c in rapi.items("resourceclaims", ns)}:
-            raise NotYet(f"the probe's claim {generated} still exists")
-
-    wait_for(released, what="the probe's claim to be released", timeout=120)
+    wait_claims_released(rapi, ns, gone=[generated])
     rules = ResourceApi(kube, version)
     name = f"conf-{uuid.uuid4().hex[:8]}"
     rules.create("devicetaintrules", {"kind": "DeviceTaintRule", "metadata": {"name": name},

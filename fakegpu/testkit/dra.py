@@ -27,7 +27,7 @@ from .k8s import (
     create_pod,
     wait_pod_running,
 )
-from .wait import NotYet
+from .wait import NotYet, wait_for
 
 
 def _where(namespace: str | None, name: object) -> str:
@@ -373,6 +373,25 @@ def assert_pending(core: kclient.CoreV1Api, api: ResourceApi, namespace: str, na
     claim = api.claim(namespace, pod_claim_name(pod, pod_claim))
     assert not (claim.get("status") or {}).get("allocation"), claim.get("status")
     return pod
+
+
+def wait_claims_released(api: ResourceApi, namespace: str, *, gone: Sequence[str] = (),
+                         unreserved: Sequence[str] = (), timeout: float = 120) -> None:
+    """Wait until the claims ``gone`` (generated for deleted pods) no longer exist and the claims
+    ``unreserved`` are neither reserved nor allocated: only then are their devices free for the
+    next claim, which would otherwise wait for a held device, not for what a test checks."""
+    def released() -> None:
+        claims = {c["metadata"]["name"]: c for c in api.items("resourceclaims", namespace)}
+        still = sorted(set(gone) & claims.keys())
+        if still:
+            raise NotYet(f"claims {still} still exist")
+        for name in unreserved:
+            status = (claims.get(name) or {}).get("status") or {}
+            if status.get("reservedFor") or status.get("allocation"):
+                raise NotYet(f"claim {name} still reserved or allocated: {status}")
+
+    names = ", ".join([*gone, *unreserved])
+    wait_for(released, what=f"claims {names} in {namespace} to be released", timeout=timeout)
 
 
 def pod_claim_name(pod: Any, pod_claim: str) -> str:
