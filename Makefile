@@ -102,10 +102,12 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py $(BENCH_ARGS)
 
+# mypy (strict) checks the package and the e2e suites, which other projects read as examples.
 # lint-imports: the import contract (pyproject.toml [tool.importlinter], docs/architecture.md).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fakegpu tests e2e benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --explicit-package-bases e2e
 	$(VENV)/bin/lint-imports --no-logo
 
 $(STAMP): $(SOURCES)

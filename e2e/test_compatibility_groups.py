@@ -59,7 +59,7 @@ def _devices(api: ResourceApi, driver: str) -> list[dict[str, Any]]:
 
 def _consumption(device: Mapping[str, Any]) -> Mapping[str, Any]:
     [one] = (device.get("basic") or device).get("consumesCounters") or [{}]
-    return one
+    return dict(one)
 
 
 def _groups(device: Mapping[str, Any]) -> set[str]:

@@ -355,13 +355,14 @@ def test_an_mps_shared_gpu_runs_with_its_control_daemon(request: pytest.FixtureR
 
     def daemons() -> list[Any]:  # named mps-control-daemon-<claim uid>-<devices' hash>
         prefix = f"mps-control-daemon-{claim['metadata']['uid']}-"
-        return [d for d in apps.list_deployment_for_all_namespaces().items
-                if d.metadata.name.startswith(prefix)]
+        listed: Any = apps.list_deployment_for_all_namespaces().items
+        return [d for d in listed if d.metadata.name.startswith(prefix)]
 
     [daemon] = daemons()
     assert daemon.status.ready_replicas == 1
-    [daemon_pod] = core.list_namespaced_pod(daemon.metadata.namespace,
-                                            label_selector=f"app={daemon.metadata.name}").items
+    daemon_pods: Any = core.list_namespaced_pod(daemon.metadata.namespace,
+                                                label_selector=f"app={daemon.metadata.name}").items
+    [daemon_pod] = daemon_pods
     log = k8s.pod_log(core, daemon.metadata.namespace, daemon_pod.metadata.name)
     assert "Cmd:set_default_active_thread_percentage 50" in log, log
     core.delete_namespaced_pod("p", ns, grace_period_seconds=0)

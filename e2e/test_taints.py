@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client as kclient
 
 from fakegpu.cluster.provider import ClusterInfo
+from fakegpu.kube import api as kubeapi
 from fakegpu.kube import errors
 from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import faults, k8s
@@ -130,20 +131,6 @@ def test_xid_taints_the_device_new_claims_avoid_it_tolerating_ones_get_it(
     assert (landed["pool"], landed["device"]) == (node, device)
 
 
-def taint_rule_version(api: Any) -> str | None:
-    """The resource.k8s.io version serving DeviceTaintRule (None: not served here)."""
-    objects = kclient.CustomObjectsApi(api)
-    for version in ("v1", "v1beta2", "v1alpha3"):
-        try:
-            errors.call(f"cannot list {GROUP}/{version} devicetaintrules", lambda v=version:
-                        objects.list_cluster_custom_object(GROUP, v, "devicetaintrules",
-                                                           limit=1))
-        except errors.NotFound:
-            continue
-        return version
-    return None
-
-
 # serial: a NoExecute DeviceTaintRule on a whole node's pool would evict the pods of parallel
 # tests.
 @pytest.mark.serial
@@ -155,7 +142,7 @@ def test_device_taint_rule_no_execute_evicts_only_pods_that_do_not_tolerate_it(
     resource_api: ResourceApi,
     namespace: str,
 ) -> None:
-    version = taint_rule_version(k8s_client)
+    version = kubeapi.version_serving(k8s_client, "devicetaintrules")
     if version is None:
         pytest.skip("this apiserver serves no DeviceTaintRule (its gate off: DRADeviceTaints "
                     "before 1.35, DRADeviceTaintRules from 1.35)")

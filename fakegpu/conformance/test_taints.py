@@ -10,7 +10,6 @@ import pytest
 from kubernetes import client as kclient
 
 from fakegpu.kube import api as kubeapi
-from fakegpu.kube.resource import GROUP
 from fakegpu.testkit import k8s
 from fakegpu.testkit.dra import (
     PodClaim,
@@ -26,18 +25,6 @@ from .target import Target
 TAINT = {"key": "conformance.fakegpu.dev/probe", "value": "taint-rule", "effect": "NoSchedule"}
 
 
-def _rule_version(api: Any) -> str | None:
-    """The newest resource.k8s.io version serving devicetaintrules (None: none does)."""
-    for version in ("v1", "v1beta2", "v1beta1", "v1alpha3"):
-        try:
-            doc = kubeapi.get_json(api, f"/apis/{GROUP}/{version}")
-        except kubeapi.ERRORS:
-            continue
-        if any(r.get("name") == "devicetaintrules" for r in doc.get("resources") or ()):
-            return version
-    return None
-
-
 # serial: it pins a claim to one device, which a parallel test could hold when the rule goes.
 @pytest.mark.serial
 def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
@@ -46,7 +33,7 @@ def test_device_taint_rule_keeps_new_claims_off(target: Target, kube: Any,
     if target.facts.gate("DRADeviceTaints") is False:
         pytest.skip(f"not applicable: feature gate DRADeviceTaints is off on "
                     f"{target.facts.version}")
-    version = _rule_version(kube)
+    version = kubeapi.version_serving(kube, "devicetaintrules")
     if version is None:
         pytest.skip(f"not applicable: {target.facts.version} serves no DeviceTaintRule")
     # A device the device class selects: the one a probe claim of the class is allocated (not

@@ -97,6 +97,22 @@ def served_versions(api: client.ApiClient, group: str) -> list[str]:
             for v in g.get("versions") or []]
 
 
+def version_serving(api: client.ApiClient, plural: str,
+                    candidates: Iterable[str] = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+                    ) -> str | None:
+    """The newest of ``candidates`` (newest first) in which resource.k8s.io serves ``plural``
+    (None: none does). A kind can be served in fewer versions than its group: DeviceTaintRule
+    was v1alpha3 only while claims were v1beta1."""
+    for version in candidates:
+        try:
+            doc = get_json(api, f"/apis/{GROUP}/{version}")
+        except ERRORS:
+            continue
+        if any(r.get("name") == plural for r in doc.get("resources") or ()):
+            return version
+    return None
+
+
 def resource_version(api: client.ApiClient) -> str:
     """The ``resource.k8s.io`` version to speak with this apiserver (``kube.resource``'s rule)."""
     return newest_served(served_versions(api, GROUP))

@@ -116,3 +116,10 @@ def test_a_wait_for_a_pod_whose_image_cannot_be_had_fails_at_once(api: client.Ap
                                              r"\(image busybox:local\): ImagePullBackOff: "):
         pods.wait_running(api, "kube-stuck", "p", timeout=30.0, interval=0.2)
     pods.delete_all(api, "kube-stuck")
+
+
+def test_the_version_serving_a_kind_is_read_from_discovery(api: client.ApiClient) -> None:
+    # Claims are served in the newest version the group has; a name no version lists is None.
+    assert kubeapi.version_serving(api, "resourceclaims") == kubeapi.resource_version(api)
+    assert kubeapi.version_serving(api, "resourceclaims", ("v1alpha0",)) is None
+    assert kubeapi.version_serving(api, "nosuchthings") is None
