@@ -9,6 +9,7 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,3 +157,15 @@ def test_the_bash_script_is_valid_bash(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_building_the_parser_imports_no_client_library() -> None:
+    # The tests, the node entrypoints and users run `fakegpu ...` hundreds of times a session:
+    # the Kubernetes client and gRPC (0.3 s of every start when a parser module imported a
+    # runner for a constant) load only in the command that uses them.
+    probe = ("import sys; from fakegpu.cli import build_parser; build_parser(); "
+             "print(' '.join(m for m in ('kubernetes', 'grpc', 'google.protobuf') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [], f"building the CLI's parser imported {out}"

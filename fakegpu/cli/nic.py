@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from fakegpu import drivers
+
 from . import add_verbose, argtypes, options, show_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this concern's commands to the top-level parser."""
-    from fakegpu.nic.run import DRIVER
-
     nic = sub.add_parser("nic", help="the DRA kubelet plugin for the node's NICs",
                          description="The NIC DRA driver: sysfs -> ResourceSlices, kubelet "
                                      "prepare -> a network interface in the pod (CDI).")
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "and prepare claims: a network interface and the RDMA device node in the "
                     "pod, the interface's name and MAC in the claim's status.")
     options.add_plugin_node(run)
-    run.add_argument("--driver", dest="driver_name", default=DRIVER,
+    run.add_argument("--driver", dest="driver_name", default=drivers.NIC,
                      help="the DRA driver name to register as (default: %(default)s)")
     options.add_kubelet_plugin(run, state="records + lock dir")
     run.add_argument("--no-device-status", dest="write_status", action="store_false",
