@@ -167,16 +167,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # tests of the next topology instead of waiting for their turn.
     session = _session(config)
     default = session.options.topology
-    # Another project's tests keep their place among the default topology's: their markers
-    # (``topology``, ``serial``) may mean something else there.
+    # Tests that use no cluster (ours or another project's: their markers, ``topology`` and
+    # ``serial``, may mean something else) keep their place among the default topology's; with
+    # xdist they go after every cluster's tests, so workers done with the clusters fill the
+    # time the last cluster tests spend waiting on pods (the longest jobs first, the short ones
+    # to even out the end), and each cluster goes down as soon as every worker is past it.
     first_seen: dict[Path, int] = {default: 0}
     ranked: dict[str, tuple[int, bool]] = {}
     workers = session.coordination is not None
+    fillers: list[str] = []
     for item in items:
         ours = claimed(item)
+        if workers and not ours:
+            fillers.append(item.nodeid)
+            continue
         topology = item_topology(config, item) if ours else default
         rank = first_seen.setdefault(topology, len(first_seen))
         ranked[item.nodeid] = (rank, workers and ours and is_serial(item))
+    ranked.update((nodeid, (len(first_seen), False)) for nodeid in fillers)
     session.ranks = first_seen
     if len(first_seen) > 1 or workers:
         items.sort(key=lambda item: ranked[item.nodeid])
