@@ -50,6 +50,7 @@ SERIAL_MARKER_HELP = ("serial: an e2e test that must run alone on its cluster (i
                       "nodes or GPUs, taints a pool, stops nodes or replaces plugins); with "
                       "pytest-xdist the others wait while it runs (docs/testing.md)")
 DEFAULT_CLUSTER_NAME = "fakegpu-e2e"
+SCHEDULE_CHUNK = 2  # --maxschedchunk under xdist's --dist load unless given
 # xdist: the workerinput key of the directory the workers coordinate in (testkit.workers).
 COORDINATION_KEY = "fakegpu_coordination"
 
@@ -137,6 +138,13 @@ def pytest_configure(config: pytest.Config) -> None:
         directory = Path(tempfile.mkdtemp(prefix="fakegpu-xdist-"))
         session = E2ESession(config, options, Coordination(directory, "controller", 0),
                              controller=True)
+        # xdist's load scheduling hands each worker a quarter of its share up front, and a
+        # worker's queue is never taken from: the cluster tests, sorted first, would all wait
+        # behind one worker's slow ones while the others ran the rest. Small steps keep every
+        # worker's queue short, so the order holds across workers (an explicit value wins).
+        if getattr(config.option, "dist", None) == "load" and getattr(
+                config.option, "maxschedchunk", 0) is None:
+            config.option.maxschedchunk = SCHEDULE_CHUNK
         config.pluginmanager.register(_Controller(session), "fakegpu-e2e-controller")
     else:
         session = E2ESession(config, options)

@@ -746,6 +746,28 @@ def test_with_xdist_tests_without_a_cluster_run_after_the_clusters_tests(
     again.stdout.fnmatch_lines(["*AssertionError: calls so far: []*"])
 
 
+CHUNK_CONFTEST = '''
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(f"maxschedchunk={config.option.maxschedchunk}")
+'''
+
+
+def test_with_xdist_load_the_steps_are_small_unless_given(pytester: pytest.Pytester,
+                                                          apiserver: FakeApiserver) -> None:
+    # The cluster tests are sorted first: in xdist's default up-front quarter they would all
+    # sit in one worker's queue, which no other worker takes from.
+    topology = _fake_setup(pytester, apiserver)
+    (pytester.path / "conftest.py").write_text(
+        (pytester.path / "conftest.py").read_text() + CHUNK_CONFTEST)
+    pytester.makepyfile(test_unit=UNIT_TEST)
+    for given, shown in (((), "2"), (("--maxschedchunk", "7"), "7")):
+        result = _run(pytester, "-n", "2", *given, "--fakegpu-topology", str(topology))
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([f"maxschedchunk={shown}"])
+
+
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_a_cluster_that_fails_to_come_up_did_not_run_with_and_without_xdist(
         pytester: pytest.Pytester, apiserver: FakeApiserver, workers: str) -> None:
