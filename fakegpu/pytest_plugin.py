@@ -50,7 +50,6 @@ SERIAL_MARKER_HELP = ("serial: an e2e test that must run alone on its cluster (i
                       "nodes or GPUs, taints a pool, stops nodes or replaces plugins); with "
                       "pytest-xdist the others wait while it runs (docs/testing.md)")
 DEFAULT_CLUSTER_NAME = "fakegpu-e2e"
-SCHEDULE_CHUNK = 2  # --maxschedchunk under xdist's --dist load unless given
 # xdist: the workerinput key of the directory the workers coordinate in (testkit.workers).
 COORDINATION_KEY = "fakegpu_coordination"
 
@@ -138,13 +137,6 @@ def pytest_configure(config: pytest.Config) -> None:
         directory = Path(tempfile.mkdtemp(prefix="fakegpu-xdist-"))
         session = E2ESession(config, options, Coordination(directory, "controller", 0),
                              controller=True)
-        # xdist's load scheduling hands each worker a quarter of its share up front, and a
-        # worker's queue is never taken from: the cluster tests, sorted first, would all wait
-        # behind one worker's slow ones while the others ran the rest. Small steps keep every
-        # worker's queue short, so the order holds across workers (an explicit value wins).
-        if getattr(config.option, "dist", None) == "load" and getattr(
-                config.option, "maxschedchunk", 0) is None:
-            config.option.maxschedchunk = SCHEDULE_CHUNK
         config.pluginmanager.register(_Controller(session), "fakegpu-e2e-controller")
     else:
         session = E2ESession(config, options)
@@ -175,24 +167,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # tests of the next topology instead of waiting for their turn.
     session = _session(config)
     default = session.options.topology
-    # Tests that use no cluster (ours or another project's: their markers, ``topology`` and
-    # ``serial``, may mean something else) keep their place among the default topology's; with
-    # xdist they go after every cluster's tests, so workers done with the clusters fill the
-    # time the last cluster tests spend waiting on pods (the longest jobs first, the short ones
-    # to even out the end), and each cluster goes down as soon as every worker is past it.
+    # Another project's tests keep their place among the default topology's: their markers
+    # (``topology``, ``serial``) may mean something else there.
     first_seen: dict[Path, int] = {default: 0}
     ranked: dict[str, tuple[int, bool]] = {}
     workers = session.coordination is not None
-    fillers: list[str] = []
     for item in items:
         ours = claimed(item)
-        if workers and not ours:
-            fillers.append(item.nodeid)
-            continue
         topology = item_topology(config, item) if ours else default
         rank = first_seen.setdefault(topology, len(first_seen))
         ranked[item.nodeid] = (rank, workers and ours and is_serial(item))
-    ranked.update((nodeid, (len(first_seen), False)) for nodeid in fillers)
     session.ranks = first_seen
     if len(first_seen) > 1 or workers:
         items.sort(key=lambda item: ranked[item.nodeid])

@@ -718,56 +718,6 @@ def test_xdist_workers_share_one_bring_up_and_the_controller_summarises(
     assert result.stdout.str().count("fakegpu e2e: cluster ci brought up") == 1
 
 
-CALLS_SO_FAR_TEST = '''
-import json
-
-
-def test_unit_collected_first(request):
-    path = request.config.rootpath / "calls.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []
-    kinds = [json.loads(line)[0] for line in lines]
-    assert kinds == ["up", "down"], f"calls so far: {kinds}"
-'''
-
-
-def test_with_xdist_tests_without_a_cluster_run_after_the_clusters_tests(
-        pytester: pytest.Pytester, apiserver: FakeApiserver) -> None:
-    # Collected first, run last: by then the cluster is up and down again (its tests are done).
-    topology = _fake_setup(pytester, apiserver)
-    pytester.makepyfile(test_a_unit=CALLS_SO_FAR_TEST, test_b=XDIST_E2E_TESTS)
-    result = _run(pytester, "-n", "1", "--fakegpu-topology", str(topology),
-                  "--fakegpu-cluster-name", "ci")
-    result.assert_outcomes(passed=5)
-    # Without xdist it keeps its place: the first test, before any cluster.
-    (pytester.path / "calls.jsonl").unlink()
-    again = _run(pytester, "-n", "0", "--fakegpu-topology", str(topology),
-                 "--fakegpu-cluster-name", "ci")
-    again.assert_outcomes(passed=4, failed=1)
-    again.stdout.fnmatch_lines(["*AssertionError: calls so far: []*"])
-
-
-CHUNK_CONFTEST = '''
-
-def pytest_terminal_summary(terminalreporter, config):
-    if not hasattr(config, "workerinput"):
-        terminalreporter.write_line(f"maxschedchunk={config.option.maxschedchunk}")
-'''
-
-
-def test_with_xdist_load_the_steps_are_small_unless_given(pytester: pytest.Pytester,
-                                                          apiserver: FakeApiserver) -> None:
-    # The cluster tests are sorted first: in xdist's default up-front quarter they would all
-    # sit in one worker's queue, which no other worker takes from.
-    topology = _fake_setup(pytester, apiserver)
-    (pytester.path / "conftest.py").write_text(
-        (pytester.path / "conftest.py").read_text() + CHUNK_CONFTEST)
-    pytester.makepyfile(test_unit=UNIT_TEST)
-    for given, shown in (((), "2"), (("--maxschedchunk", "7"), "7")):
-        result = _run(pytester, "-n", "2", *given, "--fakegpu-topology", str(topology))
-        result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines([f"maxschedchunk={shown}"])
-
-
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_a_cluster_that_fails_to_come_up_did_not_run_with_and_without_xdist(
         pytester: pytest.Pytester, apiserver: FakeApiserver, workers: str) -> None:

@@ -229,11 +229,10 @@ class E2ESession:
                   f"{len(info.nodes)} nodes, driver {info.driver_name})")
         return Outcome(info=info, seconds=seconds)
 
-    def advance(self, topology: Path | None) -> None:
-        """A test of ``topology`` is next (None: a test that uses no cluster, which xdist runs
-        after all of them): tell the other workers how far this one is, and down the clusters
-        every worker is past (tests are sorted by topology)."""
-        rank = len(self.ranks) if topology is None else self.ranks.get(topology, 0)
+    def advance(self, topology: Path) -> None:
+        """A test of ``topology`` is next: tell the other workers how far this one is, and
+        down the clusters every worker is past (tests are sorted by topology)."""
+        rank = self.ranks.get(topology, 0)
         if self.coordination is None or rank == self.rank:
             return
         self.rank = rank
@@ -472,7 +471,7 @@ def run_protocol(session: E2ESession, item: pytest.Item, topology: Path
     """The body of the plugin's ``pytest_runtest_protocol`` wrapper: outside the test's own
     protocol, so pytest-timeout's per-test timer (which wraps the same hook, inside this
     wrapper) counts neither the cluster's bring-up nor the wait for a serial test's turn."""
-    session.advance(topology if claimed(item) else None)
+    session.advance(topology)
     if not wants_cluster(item):
         return (yield)
     before = session.outcomes.get(topology)
