@@ -21,7 +21,7 @@ from kubernetes.dynamic import DynamicClient
 
 from fakegpu.errors import FakegpuError, InvalidInput, printable
 from fakegpu.kube.errors import CLIENT_ERRORS
-from fakegpu.kube.resource import GROUP, newest_served
+from fakegpu.kube.resource import GROUP, VERSIONS, newest_served
 
 TIMEOUT_S = 10.0
 FIELD_MANAGER = "fakegpu"
@@ -98,8 +98,7 @@ def served_versions(api: client.ApiClient, group: str) -> list[str]:
 
 
 def version_serving(api: client.ApiClient, plural: str,
-                    candidates: Iterable[str] = ("v1", "v1beta2", "v1beta1", "v1alpha3")
-                    ) -> str | None:
+                    candidates: Iterable[str] = (*VERSIONS, "v1alpha3")) -> str | None:
     """The newest of ``candidates`` (newest first) in which resource.k8s.io serves ``plural``
     (None: none does). A kind can be served in fewer versions than its group: DeviceTaintRule
     was v1alpha3 only while claims were v1beta1."""
